@@ -32,6 +32,7 @@ enum class ErrorCode {
   bad_argument,        // E_BAD_ARGUMENT: a caller passed an invalid option or operand count
   cache_unsafe,        // E_CACHE_UNSAFE: cache directory writable by other users
   internal,            // E_INTERNAL: a broken invariant inside fusor (a bug)
+  oracle_rejected,     // E_ORACLE_REJECTED: a kernel failed verification (report in the message)
 };
 
 // The stable string, e.g. "E_SHAPE_MISMATCH".
@@ -50,7 +51,7 @@ inline Error make_error(ErrorCode code, std::string message) { return Error{code
 // A value or an Error. Small on purpose: C++20 has no std::expected.
 template <class T> class [[nodiscard]] Expected {
 public:
-  Expected(T value) : v_(std::move(value)) {}     // NOLINT(google-explicit-constructor)
+  Expected(T val) : v_(std::move(val)) {}         // NOLINT(google-explicit-constructor)
   Expected(Error error) : v_(std::move(error)) {} // NOLINT(google-explicit-constructor)
 
   [[nodiscard]] bool ok() const { return v_.index() == 0; }
@@ -90,12 +91,12 @@ private:
 #define FUSOR_CONCAT_INNER(a, b) a##b
 #define FUSOR_CONCAT(a, b) FUSOR_CONCAT_INNER(a, b)
 #define FUSOR_TRY_ASSIGN(decl, expr) FUSOR_TRY_ASSIGN_IMPL(FUSOR_CONCAT(fusor_try_, __LINE__), decl, expr)
-#define FUSOR_TRY_ASSIGN_IMPL(tmp, decl, expr)                                                                  \
-  auto tmp = (expr);                                                                                            \
-  if (!tmp.ok()) return tmp.error();                                                                            \
+#define FUSOR_TRY_ASSIGN_IMPL(tmp, decl, expr)                                                                         \
+  auto tmp = (expr);                                                                                                   \
+  if (!tmp.ok()) return tmp.error();                                                                                   \
   decl = std::move(tmp).value()
-#define FUSOR_TRY(expr)                                                                                         \
-  do {                                                                                                          \
-    auto fusor_try_status_ = (expr);                                                                            \
-    if (!fusor_try_status_.ok()) return fusor_try_status_.error();                                              \
+#define FUSOR_TRY(expr)                                                                                                \
+  do {                                                                                                                 \
+    auto fusor_try_status_ = (expr);                                                                                   \
+    if (!fusor_try_status_.ok()) return fusor_try_status_.error();                                                     \
   } while (0)

@@ -11,9 +11,31 @@ namespace fusor {
 
 // Elementwise ops (epilogue/prologue/gate ops and pointwise-DAG ops share one table).
 enum class Op {
-  bias, relu, gelu, gelu_erf, silu, sigmoid, tanh,
-  add, sub, mul, div, maximum, minimum,
-  neg, abs, exp, log, log1p, expm1, sqrt, rsqrt, reciprocal, softplus, sign, erf,
+  bias,
+  relu,
+  gelu,
+  gelu_erf,
+  silu,
+  sigmoid,
+  tanh,
+  add,
+  sub,
+  mul,
+  div,
+  maximum,
+  minimum,
+  neg,
+  abs,
+  exp,
+  log,
+  log1p,
+  expm1,
+  sqrt,
+  rsqrt,
+  reciprocal,
+  softplus,
+  sign,
+  erf,
 };
 
 struct OpInfo {
@@ -26,8 +48,11 @@ struct OpInfo {
   // <math.h> float functions (expf, tanhf, erff, ...) so every C dialect can render it
   // as is or map the function names. NaN semantics follow the reference formula.
   std::string_view c_expr;
-  bool in_epilogue_vocabulary; // usable as prologue/epilogue/gate op (SPEC §2, first table)
+  bool in_epilogue_vocabulary;  // usable as prologue/epilogue/gate op (SPEC §2, first table)
   bool in_pointwise_vocabulary; // usable in pointwise DAGs (SPEC §2, pointwise list)
+  // f32 evaluation of small integers is bit-exact (no rounding): the oracle's exact-integer
+  // probes then expect bit-identical results, so any difference is a logic bug.
+  bool exact_on_small_integers;
 };
 
 std::span<const OpInfo> op_table();

@@ -54,8 +54,11 @@ double round_to_storage(double x, DType dtype) {
     return std::fabs(r) > 65504.0 ? std::copysign(inf, x) : r;
   }
   case DType::bf16: {
-    // bf16 shares f32's exponent range; round f32 first as hardware converts from f32.
-    return static_cast<double>(bf16_bits_to_float(float_to_bf16_bits(static_cast<float>(x))));
+    // bf16 shares f32's exponent range (7 fraction bits). Round x directly: going through
+    // f32 first rounds twice and can land on the wrong side of a tie (1 + 2^-8 + 2^-30
+    // must give 1 + 2^-7). For f32 inputs this equals float_to_bf16_bits.
+    const double r = round_mantissa(x, 7, -126);
+    return std::fabs(r) > 3.3895313892515355e38 ? std::copysign(inf, x) : r;
   }
   case DType::fp8_e4m3: {
     // OCP e4m3fn: no infinities, max 448; out-of-range values become NaN (OCP non-saturating).
@@ -104,7 +107,7 @@ float half_bits_to_float(std::uint16_t bits) {
 std::uint16_t float_to_bf16_bits(float x) {
   const std::uint32_t u = std::bit_cast<std::uint32_t>(x);
   if (std::isnan(x)) return static_cast<std::uint16_t>((u >> 16) | 0x40u); // keep it a quiet NaN
-  const std::uint32_t rounding = 0x7fffu + ((u >> 16) & 1u);                // nearest-even
+  const std::uint32_t rounding = 0x7fffu + ((u >> 16) & 1u);               // nearest-even
   return static_cast<std::uint16_t>((u + rounding) >> 16);
 }
 

@@ -26,6 +26,7 @@ std::string_view code_name(ErrorCode code) {
   case ErrorCode::bad_argument: return "E_BAD_ARGUMENT";
   case ErrorCode::cache_unsafe: return "E_CACHE_UNSAFE";
   case ErrorCode::internal: return "E_INTERNAL";
+  case ErrorCode::oracle_rejected: return "E_ORACLE_REJECTED";
   }
   return "E_INTERNAL";
 }

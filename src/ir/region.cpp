@@ -39,9 +39,9 @@ Expected<DType> region_dtype(const std::string& name, std::string_view kind, boo
   auto dtype = dtype_from_name(name);
   const bool fp8 = dtype == DType::fp8_e4m3 || dtype == DType::fp8_e5m2;
   if (!dtype || (fp8 && !allow_fp8))
-    return make_error(ErrorCode::region_bad_dtype, std::string(kind) + " region: storage '" + name +
-                                                       "' is not one of " + (allow_fp8 ? "f32, f16, bf16, fp8_e4m3, fp8_e5m2"
-                                                                                       : "f32, f16, bf16"));
+    return make_error(ErrorCode::region_bad_dtype,
+                      std::string(kind) + " region: storage '" + name + "' is not one of " +
+                          (allow_fp8 ? "f32, f16, bf16, fp8_e4m3, fp8_e5m2" : "f32, f16, bf16"));
   return *dtype;
 }
 
@@ -122,7 +122,9 @@ Expected<FusedRegion> FusedRegion::make(const FusedSpec& spec) {
   return r;
 }
 
-bool FusedRegion::has_bias() const { return std::find(epilogue_.begin(), epilogue_.end(), Op::bias) != epilogue_.end(); }
+bool FusedRegion::has_bias() const {
+  return std::find(epilogue_.begin(), epilogue_.end(), Op::bias) != epilogue_.end();
+}
 
 FusedSpec FusedRegion::spec() const {
   FusedSpec s;
@@ -182,7 +184,9 @@ Expected<GatedMatmulRegion> GatedMatmulRegion::make(const GatedSpec& spec) {
   return r;
 }
 
-GatedSpec GatedMatmulRegion::spec() const { return {std::string(op_info(gate_act_).name), std::string(dtype_name(storage_))}; }
+GatedSpec GatedMatmulRegion::spec() const {
+  return {std::string(op_info(gate_act_).name), std::string(dtype_name(storage_))};
+}
 
 // ---- Pointwise DAGs ---------------------------------------------------------------------
 
@@ -205,8 +209,8 @@ Expected<PointwiseGraph> PointwiseGraph::make(const PointwiseSpec& spec, int min
     const auto& o = spec.ops[i];
     auto op = op_from_name(o.op);
     if (!op || !op_info(*op).in_pointwise_vocabulary)
-      return make_error(ErrorCode::region_bad_op, where + "op '" + o.op + "' (defining '" + o.out +
-                                                      "') is not a pointwise op");
+      return make_error(ErrorCode::region_bad_op,
+                        where + "op '" + o.op + "' (defining '" + o.out + "') is not a pointwise op");
     const int arity = op_info(*op).arity;
     if (static_cast<int>(o.args.size()) != arity)
       return fail("'" + o.op + "' takes " + std::to_string(arity) + " argument(s), '" + o.out + "' gives it " +

@@ -1,0 +1,90 @@
+// The host C toolchain (SPEC §3 "Compile" for target x86): running processes, detecting the
+// ISA and the compiler, compiling a KernelSource to a cached shared object, loading it.
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "fusor/cache.hpp"
+#include "fusor/error.hpp"
+#include "fusor/kernel.hpp"
+
+namespace fusor {
+
+// ---- processes ------------------------------------------------------------------------
+
+struct ProcessResult {
+  int exit_code = -1;     // valid when term_signal == 0 and !timed_out
+  int term_signal = 0;    // the signal that ended the child, 0 if it exited
+  bool timed_out = false; // killed (with its process group) because the timeout passed
+  std::string out;        // everything the child wrote to stdout
+  std::string err;        // everything the child wrote to stderr
+  std::chrono::milliseconds elapsed{0};
+
+  [[nodiscard]] bool succeeded() const { return !timed_out && term_signal == 0 && exit_code == 0; }
+};
+
+// Runs argv[0] (searched on PATH) with argv, no shell. Both output pipes are drained
+// concurrently, so any amount of output is safe. A child that cannot be started (missing
+// program, not executable) is an E_IO error; a child that runs and fails is a result.
+Expected<ProcessResult> run_process(const std::vector<std::string>& argv, std::chrono::milliseconds timeout,
+                                    const std::string& stdin_text = {});
+
+// ---- host ISA -------------------------------------------------------------------------
+
+// The host CPU as the compiler's -march=native sees it, detected at run time, e.g.
+// "x86_64 avx2 fma avx512f avx512bw avx512vl avx512dq avx512vnni avx512bf16 | AMD EPYC 9B45".
+std::string host_isa();
+bool host_has_avx512(); // avx512f + bw + vl + dq: what the x86_avx512 lane's kernels assume
+
+// ---- host compiler --------------------------------------------------------------------
+
+struct HostCompiler {
+  std::string path;    // absolute path as found on PATH (not resolved: ccache-style wrappers need argv[0])
+  std::string version; // first line of --version
+  std::vector<std::string> flags;
+  bool openmp = false; // -fopenmp is in flags (it was probed and works)
+
+  // Everything that changes the bytes a compile produces: path, real path, version, flags,
+  // host ISA. Part of every cache key, so a toolchain or CPU change never serves a stale .so.
+  [[nodiscard]] std::string identity() const;
+};
+
+// FUSOR_CC overrides the compiler (a name searched on PATH, or a path), else "cc".
+// Missing or broken compiler → E_COMPILE_FAILED naming what was searched or run.
+Expected<HostCompiler> detect_host_compiler();
+
+// Compiles a lang "c" KernelSource into a shared object, through the cache: a hit runs no
+// compiler. Compiler failure → E_COMPILE_FAILED carrying the command line and the
+// compiler's own diagnostics.
+Expected<CacheEntry> compile_shared_object(const KernelSource& src, const HostCompiler& cc, DiskCache& cache);
+
+// The cache key compile_shared_object uses (exposed so tests and tools can inspect it).
+std::string shared_object_cache_key(const KernelSource& src, const HostCompiler& cc);
+
+// ---- shared libraries -----------------------------------------------------------------
+
+// An owned dlopen handle (RTLD_NOW | RTLD_LOCAL); dlclose on destruction.
+class SharedLibrary {
+public:
+  static Expected<SharedLibrary> load(const std::filesystem::path& path);
+
+  SharedLibrary(SharedLibrary&& other) noexcept;
+  SharedLibrary& operator=(SharedLibrary&& other) noexcept;
+  SharedLibrary(const SharedLibrary&) = delete;
+  SharedLibrary& operator=(const SharedLibrary&) = delete;
+  ~SharedLibrary();
+
+  // The address of an exported symbol; E_RUNNER_UNAVAILABLE naming it when absent.
+  Expected<void*> symbol(const std::string& name) const;
+  const std::filesystem::path& path() const { return path_; }
+
+private:
+  SharedLibrary(void* handle, std::filesystem::path path) : handle_(handle), path_(std::move(path)) {}
+  void* handle_ = nullptr;
+  std::filesystem::path path_;
+};
+
+} // namespace fusor

@@ -1,0 +1,66 @@
+// The one C-family renderer: turns op-table rows into C statements. Each target's
+// dialect (x86 C, CUDA, HIP) is a small table of overrides, never a second copy of an
+// op's formula (the tinygrad cstyle idea).
+#pragma once
+
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "fusor/ops.hpp"
+#include "fusor/region.hpp"
+
+namespace fusor::codegen {
+
+struct CDialect {
+  std::string_view name;          // "c99", "cuda"
+  std::string_view restrict_kw;   // "restrict" / "__restrict__"
+  std::string_view helper_prefix; // qualifiers of helper functions: "static inline" / "__device__ static inline"
+  std::string_view kernel_prefix; // qualifiers of the entry: "" / "extern \"C\" __global__"
+  // Math function renames applied to op-table expressions (e.g. expf → __expf).
+  std::vector<std::pair<std::string_view, std::string_view>> renames;
+};
+
+const CDialect& c99_dialect();
+
+// A float literal that C and CUDA read back exactly (INFINITY/NAN for non-finite).
+std::string float_literal(double value);
+
+// `op` applied to operand expressions `a` (and `b` for binary ops). Operands should be
+// plain variables: the op table may mention an operand several times.
+std::string render_op(const CDialect& dialect, Op op, std::string_view a, std::string_view b = {});
+
+// Statements applying `ops` in order to float variable `var` in place; `bias` is the
+// expression for the bias operand (only used if `ops` contains Op::bias).
+std::string render_unary_chain(const CDialect& dialect, std::span<const Op> ops, std::string_view var,
+                               std::string_view bias, std::string_view indent);
+
+// Statements normalising `row[0..n)` in place (float* row, int64 n), as RowNormInfo's
+// four steps. `eps` is an expression.
+std::string render_row_norm(const CDialect& dialect, RowNorm norm, std::string_view row, std::string_view n,
+                            std::string_view eps, std::string_view indent);
+
+// Single steps of a row norm, for kernels that stream a row instead of holding it
+// (flash-style attention uses softmax's accumulate and factor steps).
+std::string render_row_norm_accumulate(const CDialect& dialect, RowNorm norm, std::string_view d);
+std::string render_row_norm_factor(const CDialect& dialect, RowNorm norm, std::string_view s, std::string_view n,
+                                   std::string_view eps);
+
+// The pieces of a last-axis reduction for accumulator `acc`, element `x`, length `n`.
+std::string render_reduce_init(const CDialect& dialect, ReduceOp op);
+std::string render_reduce_combine(const CDialect& dialect, ReduceOp op, std::string_view acc, std::string_view x);
+std::string render_reduce_finish(const CDialect& dialect, ReduceOp op, std::string_view acc, std::string_view n);
+
+// Statements evaluating a pointwise DAG into `float <out_var>`: `load_input(i)` gives
+// the expression reading external input i at the current element.
+std::string render_dag(const CDialect& dialect, const PointwiseGraph& graph,
+                       const std::function<std::string(int)>& load_input, std::string_view out_var,
+                       std::string_view indent);
+
+// Helper functions that convert stored f16/bf16 bits to float (portable bit math).
+std::string render_storage_helpers(const CDialect& dialect);
+
+} // namespace fusor::codegen

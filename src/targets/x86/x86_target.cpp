@@ -1,0 +1,32 @@
+// Registers the x86 target's three seams and its candidates: the one call
+// register_builtin_targets makes for x86.
+#include "targets/x86/x86_target.hpp"
+
+#include "targets/x86/x86_emitter.hpp"
+
+namespace fusor::x86 {
+
+void register_target(Registry& registry) {
+  registry.add_target(Target{
+      "x86",
+      [] { return Status{}; }, // any x86-64 host with a C compiler; compile reports a missing one
+      [](const Region& region, const EmitOptions& options) { return emit(region, options); },
+      [](const KernelSource& source) { return compile(source); },
+      [](const Artifact& artifact, const Region& region, std::span<const Tensor> operands) {
+        return run(artifact, region, operands);
+      },
+      [](const Artifact& artifact, std::span<const KernelCall> calls, std::chrono::milliseconds timeout) {
+        return run_sandboxed(artifact.path, artifact.source.entry, calls, timeout);
+      },
+  });
+  for (auto kind : {RegionKind::fused, RegionKind::matmul, RegionKind::attention, RegionKind::gated,
+                    RegionKind::pointwise, RegionKind::pointwise_reduce, RegionKind::norm_chain})
+    registry.add_candidate(Candidate{"x86_generic", "x86", kind, 1, [](const Region& region) {
+                                       const DType d = region_storage(region);
+                                       return d == DType::fp8_e4m3 || d == DType::fp8_e5m2
+                                                  ? std::optional<std::string>("fp8 storage is not supported on x86")
+                                                  : std::nullopt;
+                                     }});
+}
+
+} // namespace fusor::x86

@@ -1,0 +1,97 @@
+// What the host CPU offers, as the compiler's -march=native will see it. Part of the
+// compiler identity, hence of every cache key.
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "fusor/toolchain.hpp"
+
+namespace fusor {
+
+namespace {
+
+struct CpuInfo {
+  std::string model;           // "model name", plus family/model numbers: a VM's generic name hides
+  std::set<std::string> flags; // the microarchitecture that -march=native picks from them
+};
+
+std::string trim(std::string s) {
+  const auto b = s.find_first_not_of(" \t");
+  const auto e = s.find_last_not_of(" \t");
+  return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
+}
+
+// The first processor's lines (x86 cores of one machine share an ISA).
+const CpuInfo& cpuinfo() {
+  static const CpuInfo info = [] {
+    CpuInfo ci;
+    std::string name, family, model;
+    std::ifstream in("/proc/cpuinfo");
+    for (std::string line; std::getline(in, line);) {
+      if (trim(line).empty()) break; // end of the first processor's block
+      const auto colon = line.find(':');
+      if (colon == std::string::npos) continue;
+      const std::string key = trim(line.substr(0, colon));
+      const std::string value = trim(line.substr(colon + 1));
+      if (key == "model name")
+        name = value;
+      else if (key == "cpu family")
+        family = value;
+      else if (key == "model")
+        model = value;
+      else if (key == "flags") {
+        std::istringstream words(value);
+        for (std::string w; words >> w;) ci.flags.insert(w);
+      }
+    }
+    ci.model = name.empty() ? "unknown cpu" : name;
+    if (!family.empty()) ci.model += " (family " + family + " model " + model + ")";
+    return ci;
+  }();
+  return info;
+}
+
+bool cpu_flag(const char* name) { return cpuinfo().flags.count(name) != 0; }
+
+} // namespace
+
+bool host_has_avx512() {
+#if defined(__x86_64__) || defined(__i386__)
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+#else
+  return false;
+#endif
+}
+
+std::string host_isa() {
+  std::string isa;
+#if defined(__x86_64__)
+  isa = "x86_64";
+#elif defined(__aarch64__)
+  isa = "aarch64";
+#else
+  isa = "unknown-arch";
+#endif
+#if defined(__x86_64__) || defined(__i386__)
+  auto add = [&](bool present, const char* name) {
+    if (present) isa += std::string(" ") + name;
+  };
+  add(__builtin_cpu_supports("avx2"), "avx2");
+  add(__builtin_cpu_supports("fma"), "fma");
+  add(__builtin_cpu_supports("avx512f"), "avx512f");
+  add(__builtin_cpu_supports("avx512bw"), "avx512bw");
+  add(__builtin_cpu_supports("avx512vl"), "avx512vl");
+  add(__builtin_cpu_supports("avx512dq"), "avx512dq");
+  // Not every compiler's __builtin_cpu_supports knows these (clang 14 lacks bf16); the
+  // kernel's flags are authoritative.
+  add(cpu_flag("avx512_vnni"), "avx512vnni");
+  add(cpu_flag("avx512_bf16"), "avx512bf16");
+  add(cpu_flag("avx512_fp16"), "avx512fp16");
+  add(cpu_flag("amx_tile"), "amx");
+#endif
+  isa += " | " + cpuinfo().model;
+  return isa;
+}
+
+} // namespace fusor

@@ -1,0 +1,313 @@
+// The fusor binary, run as a child process: help, usage errors, parse, ref, run.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "fusor/npy.hpp"
+#include "fusor/operand_gen.hpp"
+#include "fusor/reference.hpp"
+#include "fusor/region_text.hpp"
+
+namespace fs = std::filesystem;
+using namespace fusor;
+
+namespace {
+
+struct Result {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// A scratch directory per test, which is also the child's working directory.
+class Cli : public ::testing::Test {
+protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("fusor_test_cli_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+
+  // Runs `fusor ARGS` in the scratch directory; ARGS is shell text (paths here have no spaces).
+  Result fusor(const std::string& args) const {
+    const fs::path err = dir_ / "stderr.txt";
+    const std::string cmd = "cd '" + dir_.string() + "' && '" FUSOR_BIN "' " + args + " 2>'" + err.string() + "'";
+    Result r;
+    FILE* pipe = ::popen(cmd.c_str(), "r");
+    if (pipe == nullptr) return r;
+    char buf[4096];
+    for (size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) r.out.append(buf, n);
+    const int status = ::pclose(pipe);
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.err = slurp(err);
+    return r;
+  }
+
+  fs::path write_text(const std::string& name, const std::string& text) const {
+    std::ofstream(dir_ / name, std::ios::binary) << text;
+    return dir_ / name;
+  }
+
+  // Writes each operand as in0.npy, in1.npy, ...; returns the --in argument list.
+  std::string write_operands(const std::vector<Tensor>& ops, NpyDType dtype = NpyDType::f32) const {
+    std::string args;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const std::string name = "in" + std::to_string(i) + ".npy";
+      EXPECT_TRUE(write_npy(dir_ / name, ops[i], dtype).ok());
+      args += " " + name;
+    }
+    return args;
+  }
+
+  fs::path dir_;
+};
+
+Region parsed(const std::string& text) {
+  auto r = parse_region(text);
+  EXPECT_TRUE(r.ok()) << r.error().str();
+  return std::move(r).value();
+}
+
+const char* kFusedText = "fused { epilogue = [bias, gelu]; residual = true }";
+
+ProblemShape gemm_dims(std::int64_t m, std::int64_t n, std::int64_t k) {
+  ProblemShape d;
+  d.M = m;
+  d.N = n;
+  d.K = k;
+  return d;
+}
+
+const char* kKinds[] = {"fused", "matmul", "attention", "gated", "pointwise", "pointwise_reduce", "norm_chain"};
+
+} // namespace
+
+// ---- help and usage errors -------------------------------------------------------------------
+
+TEST_F(Cli, HelpListsCommandsAndExitCodes) {
+  const Result r = fusor("--help");
+  EXPECT_EQ(r.code, 0) << r.err;
+  for (const char* cmd : {"parse", "ref", "run", "--version", "Exit status"})
+    EXPECT_NE(r.out.find(cmd), std::string::npos) << cmd << "\n" << r.out;
+}
+
+TEST_F(Cli, CommandHelpDescribesOptionsAndOperandOrder) {
+  const Result ref = fusor("ref --help");
+  EXPECT_EQ(ref.code, 0) << ref.err;
+  for (const char* text : {"--in", "--out", "--region", "A[M,K] B[K,N] [bias[N]] [residual[M,N]]", "Q[..,M,D]",
+                           "A[M,K] Wg[K,H] Wu[K,H]", "x[..,N] [residual[..,N]] [gamma[N]] [beta[N]]"})
+    EXPECT_NE(ref.out.find(text), std::string::npos) << text << "\n" << ref.out;
+  const Result run = fusor("run --help");
+  EXPECT_EQ(run.code, 0) << run.err;
+  for (const char* text : {"--target", "reference", "--in", "lane="})
+    EXPECT_NE(run.out.find(text), std::string::npos) << text << "\n" << run.out;
+  const Result parse = fusor("parse --help");
+  EXPECT_EQ(parse.code, 0) << parse.err;
+  EXPECT_NE(parse.out.find("E_PARSE"), std::string::npos) << parse.out;
+}
+
+TEST_F(Cli, Version) {
+  const Result r = fusor("--version");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_EQ(r.out, std::string("fusor ") + FUSOR_VERSION + "\n");
+}
+
+TEST_F(Cli, UsageErrorsExit2) {
+  const Result unknown = fusor("frobnicate x");
+  EXPECT_EQ(unknown.code, 2);
+  EXPECT_NE(unknown.err.find("unknown command 'frobnicate'"), std::string::npos) << unknown.err;
+  for (const char* args : {"--bogus", "", "parse", "parse --bogus x.region", "ref x.region --out o.npy",
+                           "run --target gpu", "run --region 0 x.region"}) {
+    const Result r = fusor(args);
+    EXPECT_EQ(r.code, 2) << args << ": " << r.err;
+    EXPECT_FALSE(r.err.empty()) << args;
+  }
+}
+
+// ---- parse -----------------------------------------------------------------------------------
+
+TEST_F(Cli, ParsePrintsCanonicalForm) {
+  const Result r = fusor("parse '" FUSOR_EXAMPLES_DIR "/gated_silu.region'");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "gated { gate_act = silu; storage = f32 }\n");
+
+  write_text("two.region", "# two blocks\nmatmul { transpose_b = true }\nnorm_chain { weight = true }\n");
+  const Result two = fusor("parse two.region");
+  EXPECT_EQ(two.code, 0) << two.err;
+  EXPECT_EQ(two.out, "matmul { storage = f32; transpose_a = false; transpose_b = true }\n"
+                     "norm_chain { norm = rmsnorm; add_residual = false; weight = true; bias = false; eps = 1e-05 }\n");
+}
+
+TEST_F(Cli, ParseEveryExampleOneKindEachFromStdin) {
+  std::string all;
+  for (const auto& e : fs::directory_iterator(FUSOR_EXAMPLES_DIR))
+    if (e.path().extension() == ".region") all += slurp(e.path());
+  write_text("all.region", all);
+  const Result r = fusor("parse - < all.region");
+  ASSERT_EQ(r.code, 0) << r.err;
+  size_t lines = 0;
+  for (char c : r.out) lines += c == '\n';
+  EXPECT_EQ(lines, std::size(kKinds));
+  for (const char* kind : kKinds) EXPECT_NE(r.out.find(std::string(kind) + " {"), std::string::npos) << kind;
+}
+
+TEST_F(Cli, ParseErrorsExit2WithCode) {
+  write_text("bad.region", "# a typo on line 3\nfused {\n  epilogue = [bias, gelu]\n  residual = true\n}\n");
+  const Result r = fusor("parse bad.region");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(r.out.empty()) << r.out;
+  // Line 4, column 3: `residual` where ';' or '}' must follow the epilogue list.
+  EXPECT_NE(r.err.find("E_PARSE at 4:3"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("bad.region"), std::string::npos) << r.err;
+
+  write_text("order.region", "fused { epilogue = [bias, bias] }\n");
+  const Result order = fusor("parse order.region");
+  EXPECT_EQ(order.code, 2);
+  EXPECT_NE(order.err.find("E_FUSED_EPILOGUE_BAD_ORDER"), std::string::npos) << order.err;
+
+  const Result missing = fusor("parse no_such.region");
+  EXPECT_EQ(missing.code, 2);
+  EXPECT_NE(missing.err.find("E_IO"), std::string::npos) << missing.err;
+}
+
+// ---- ref -------------------------------------------------------------------------------------
+
+TEST_F(Cli, RefMatchesEvaluateReference) {
+  write_text("f.region", kFusedText);
+  const Region region = parsed(kFusedText);
+  const auto ops = make_operands(region, gemm_dims(5, 7, 3), 11, 0.5);
+  const Result r = fusor("ref f.region --in" + write_operands(ops) + " --out out.npy");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto got = read_npy(dir_ / "out.npy");
+  ASSERT_TRUE(got.ok()) << got.error().str();
+  auto want = evaluate_reference(region, ops);
+  ASSERT_TRUE(want.ok()) << want.error().str();
+  EXPECT_EQ(*got, *want); // f32 .npy is lossless, so the files agree bit for bit
+}
+
+// Hand-computed: [[1,2],[3,4]] @ [[5,6],[7,8]] = [[19,22],[43,50]], B passed transposed
+// (transpose_b) as i64 and A as f16, so dtype conversion and raw orientation are exercised.
+TEST_F(Cli, RefHandComputedMatmul) {
+  write_text("mm.region", "matmul { transpose_b = true }");
+  ASSERT_TRUE(write_npy(dir_ / "a.npy", Tensor({2, 2}, {1, 2, 3, 4}), NpyDType::f16).ok());
+  ASSERT_TRUE(write_npy(dir_ / "bt.npy", Tensor({2, 2}, {5, 7, 6, 8}), NpyDType::i64).ok());
+  const Result r = fusor("ref mm.region --in a.npy bt.npy --out c.npy");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto c = read_npy(dir_ / "c.npy");
+  ASSERT_TRUE(c.ok()) << c.error().str();
+  EXPECT_EQ(*c, Tensor({2, 2}, {19, 22, 43, 50}));
+  EXPECT_NE(slurp(dir_ / "c.npy").find("'<f4'"), std::string::npos); // the output is f32
+}
+
+TEST_F(Cli, RefMissingBiasExit2BeforeWriting) {
+  write_text("f.region", kFusedText);
+  const auto ops = make_operands(parsed(kFusedText), gemm_dims(4, 6, 3), 1);
+  const Result r = fusor("ref f.region --in" + write_operands({ops[0], ops[1]}) + " --out out.npy");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("E_FUSED_EPILOGUE_MISSING_OPERAND"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("A B bias residual"), std::string::npos) << r.err; // the operand-order note
+  EXPECT_FALSE(fs::exists(dir_ / "out.npy"));
+}
+
+TEST_F(Cli, RefOperandErrorsExit2) {
+  write_text("g.region", "gated { gate_act = silu }");
+  const Region gated = parsed("gated { gate_act = silu }");
+  auto ops = make_operands(gated, gemm_dims(4, 6, 3), 1);
+  ops[2] = Tensor({3, 5}); // Wu must have Wg's shape [3, 6]
+  const Result shape = fusor("ref g.region --in" + write_operands(ops) + " --out o.npy");
+  EXPECT_EQ(shape.code, 2);
+  EXPECT_NE(shape.err.find("E_SHAPE_MISMATCH"), std::string::npos) << shape.err;
+  EXPECT_NE(shape.err.find("Wu"), std::string::npos) << shape.err;
+
+  const Result unreadable = fusor("ref g.region --in in0.npy nope.npy in2.npy --out o.npy");
+  EXPECT_EQ(unreadable.code, 2);
+  EXPECT_NE(unreadable.err.find("E_IO"), std::string::npos) << unreadable.err;
+  EXPECT_NE(unreadable.err.find("nope.npy"), std::string::npos) << unreadable.err;
+
+  write_text("junk.npy", "not an array");
+  const Result junk = fusor("ref g.region --in in0.npy junk.npy in2.npy --out o.npy");
+  EXPECT_EQ(junk.code, 2);
+  EXPECT_NE(junk.err.find("junk.npy"), std::string::npos) << junk.err;
+
+  const Result unwritable =
+      fusor("ref g.region --in" + write_operands(make_operands(gated, gemm_dims(4, 6, 3), 1)) + " --out no_dir/o.npy");
+  EXPECT_EQ(unwritable.code, 2);
+  EXPECT_NE(unwritable.err.find("E_IO"), std::string::npos) << unwritable.err;
+}
+
+TEST_F(Cli, RefRegionSelection) {
+  write_text("two.region", "matmul { }\nmatmul { transpose_b = true }\n");
+  ASSERT_TRUE(write_npy(dir_ / "a.npy", Tensor({1, 2}, {1, 2})).ok());
+  ASSERT_TRUE(write_npy(dir_ / "b.npy", Tensor({2, 2}, {1, 10, 100, 1000})).ok());
+  const Result ambiguous = fusor("ref two.region --in a.npy b.npy --out c.npy");
+  EXPECT_EQ(ambiguous.code, 2);
+  EXPECT_NE(ambiguous.err.find("--region"), std::string::npos) << ambiguous.err;
+
+  // Block 2 reads b as B^T: [1,2] @ [[1,100],[10,1000]] = [21, 2100]; block 1: [201, 2010].
+  ASSERT_EQ(fusor("ref two.region --region 2 --in a.npy b.npy --out c.npy").code, 0);
+  EXPECT_EQ(read_npy(dir_ / "c.npy")->data, (std::vector<float>{21, 2100}));
+  ASSERT_EQ(fusor("ref two.region --region 1 --in a.npy b.npy --out c.npy").code, 0);
+  EXPECT_EQ(read_npy(dir_ / "c.npy")->data, (std::vector<float>{201, 2010}));
+
+  const Result range = fusor("ref two.region --region 3 --in a.npy b.npy --out c.npy");
+  EXPECT_EQ(range.code, 2);
+  EXPECT_NE(range.err.find("out of range"), std::string::npos) << range.err;
+}
+
+// ---- run -------------------------------------------------------------------------------------
+
+TEST_F(Cli, RunWithoutArgumentsShowsEveryKind) {
+  const Result r = fusor("run");
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const char* kind : kKinds) EXPECT_NE(r.out.find("\n" + std::string(kind) + " "), std::string::npos) << kind;
+  for (const char* column : {"operands", "output", "time_ms"})
+    EXPECT_NE(r.out.find(column), std::string::npos) << column << "\n" << r.out;
+  // The examples are embedded: the working directory (a scratch dir) has no examples/.
+  EXPECT_FALSE(fs::exists(dir_ / "examples"));
+}
+
+TEST_F(Cli, RunFileOnUserArrays) {
+  write_text("n.region", "norm_chain { norm = layer_norm; weight = true; bias = true }");
+  const Region region = parsed("norm_chain { norm = layer_norm; weight = true; bias = true }");
+  ProblemShape d;
+  d.output = {3, 8};
+  const auto ops = make_operands(region, d, 5);
+  const Result r = fusor("run n.region --target reference --in" + write_operands(ops) + " --out y.npy");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("lane=reference time_ms=", 0), 0u) << r.out;
+  auto got = read_npy(dir_ / "y.npy");
+  ASSERT_TRUE(got.ok()) << got.error().str();
+  EXPECT_EQ(*got, *evaluate_reference(region, ops));
+
+  const Result no_inputs = fusor("run n.region");
+  EXPECT_EQ(no_inputs.code, 2);
+  EXPECT_NE(no_inputs.err.find("--in x gamma beta"), std::string::npos) << no_inputs.err;
+}
+
+TEST_F(Cli, RunReservedTargetsNotBuilt) {
+  for (const char* target : {"x86", "cuda", "auto"}) {
+    const Result r = fusor(std::string("run --target ") + target);
+    EXPECT_EQ(r.code, 2) << target;
+    EXPECT_NE(r.err.find("not built"), std::string::npos) << r.err;
+    EXPECT_TRUE(r.out.empty()) << r.out;
+  }
+  const Result stray = fusor("run --in a.npy");
+  EXPECT_EQ(stray.code, 2);
+  EXPECT_NE(stray.err.find("need a region FILE"), std::string::npos) << stray.err;
+}

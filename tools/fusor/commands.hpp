@@ -1,0 +1,21 @@
+// The fusor subcommands. Each add_*_command declares its subcommand (options, help) on
+// `app` and returns the action main runs when that subcommand was chosen; registering a
+// new command is one line in main.cpp.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace fusor::cli {
+
+struct Command {
+  CLI::App* app;            // the subcommand
+  std::function<int()> run; // its action; returns the process exit code
+};
+
+Command add_parse_command(CLI::App& app); // cmd_parse.cpp
+Command add_ref_command(CLI::App& app);   // cmd_ref.cpp
+Command add_run_command(CLI::App& app);   // cmd_run.cpp
+Command add_cache_command(CLI::App& app); // cmd_cache.cpp
+
+} // namespace fusor::cli

@@ -33,6 +33,9 @@ enum class ErrorCode {
   cache_unsafe,        // E_CACHE_UNSAFE: cache directory writable by other users
   internal,            // E_INTERNAL: a broken invariant inside fusor (a bug)
   oracle_rejected,     // E_ORACLE_REJECTED: a kernel failed verification (report in the message)
+  graph_invalid,          // E_GRAPH_INVALID: an op graph/model is malformed (undefined value, bad attribute)
+  onnx_unsupported_dtype, // E_ONNX_UNSUPPORTED_DTYPE: a model or tensor uses a dtype fusor does not compute in
+  onnx_unavailable,       // E_ONNX_UNAVAILABLE: this fusor was built without libonnx/protobuf
 };
 
 // The stable string, e.g. "E_SHAPE_MISMATCH".

@@ -39,6 +39,9 @@ struct RunOutput {
 
 struct Target {
   std::string name; // "x86", "cuda"
+  // The device and toolchain this target's timings belong to (CPU model + ISA + compiler,
+  // or GPU name + sm + driver): corpus rows for another fingerprint are ignored.
+  std::function<std::string()> fingerprint;
   // Ok, or E_RUNNER_UNAVAILABLE saying why (no GPU, no compiler...).
   std::function<Status()> available;
   std::function<Expected<KernelSource>(const Region&, const EmitOptions&)> emit;
@@ -59,6 +62,9 @@ struct Candidate {
   int tier = 1; // 1 generic synthesized, 2 target-specialised, 3 vendor library
   // Why it cannot run this region (nullopt: it applies).
   std::function<std::optional<std::string>(const Region&)> declines;
+  // The lane's own emitter; empty means the target's (generic) emitter. Compile and run
+  // always go through the target's seams.
+  std::function<Expected<KernelSource>(const Region&, const EmitOptions&)> emit = {};
 };
 
 class Registry {
@@ -85,6 +91,9 @@ struct ExecuteOptions {
   EmitOptions emit;
   // Run a kernel without an oracle certificate (the output is then tagged "+unverified").
   bool no_verify = false;
+  // The candidate whose lane to run (its own emitter, if it has one); nullptr: the
+  // target's generic emitter.
+  const Candidate* candidate = nullptr;
   double caller_atol = 1e-3;
   // When the target is unavailable or declines the region (E_EMIT_UNSUPPORTED), run the
   // reference evaluator and tag the result "reference" instead of failing.

@@ -27,6 +27,89 @@ const CDialect& c99_dialect() {
   return dialect;
 }
 
+const CDialect& cuda_dialect() {
+  static const CDialect dialect{"cuda", "__restrict__", "static __device__ __forceinline__", "extern \"C\" __global__",
+                                {}};
+  return dialect;
+}
+
+const CDialect& c99_simd_dialect() {
+  static const CDialect dialect{"c99_simd",
+                                "restrict",
+                                "static inline",
+                                "",
+                                {{"expf", "fusor_expf"},
+                                 {"tanhf", "fusor_tanhf"},
+                                 {"erff", "fusor_erff"},
+                                 {"fmaxf", "fusor_fmaxf"},
+                                 {"fminf", "fusor_fminf"}}};
+  return dialect;
+}
+
+std::string render_vector_math_helpers(const CDialect& dialect) {
+  const std::string p(dialect.helper_prefix);
+  // Written as straight-line float/int arithmetic and selects so that, once inlined into a
+  // `#pragma omp simd` loop, each call becomes a handful of vector instructions.
+  return p + " float fusor_as_float(uint32_t u) { float f; memcpy(&f, &u, sizeof f); return f; }\n" +
+         "/* e^x: x = n*ln2 + r (Cody-Waite), Cephes' minimax polynomial for e^r on |r| <= ln2/2, 2^n as two\n"
+         "   exponent-field scales so overflow gives inf and tiny results stay gradual; NaN stays NaN. */\n" +
+         p +
+         " float fusor_expf(float x) {\n"
+         "  float xc = x < -104.0f ? -104.0f : x;\n"
+         "  xc = xc > 89.0f ? 89.0f : xc;\n"
+         "  float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;\n"
+         "  float r = xc - n * 0.693359375f;\n"
+         "  r = r + n * 2.12194440e-4f;\n"
+         "  float q = 1.9875691500e-4f;\n"
+         "  q = q * r + 1.3981999507e-3f;\n"
+         "  q = q * r + 8.3334519073e-3f;\n"
+         "  q = q * r + 4.1665795894e-2f;\n"
+         "  q = q * r + 1.6666665459e-1f;\n"
+         "  q = q * r + 5.0000001201e-1f;\n"
+         "  q = q * r * r + r + 1.0f;\n"
+         "  n = n == n ? n : 0.0f;\n"
+         "  const int32_t j = (int32_t)n, h = j / 2;\n"
+         "  return q * fusor_as_float((uint32_t)(h + 127) << 23) * fusor_as_float((uint32_t)(j - h + 127) << 23);\n"
+         "}\n"
+         "/* tanh: Cephes' odd polynomial below |x| = 0.625, else 1 - 2/(e^2|x| + 1) with the sign restored. */\n" +
+         p +
+         " float fusor_tanhf(float x) {\n"
+         "  const float ax = x < 0.0f ? -x : x, s = x * x;\n"
+         "  float q = -5.70498872745e-3f;\n"
+         "  q = q * s + 2.06390887954e-2f;\n"
+         "  q = q * s - 5.37397155531e-2f;\n"
+         "  q = q * s + 1.33314422036e-1f;\n"
+         "  q = q * s - 3.33332819422e-1f;\n"
+         "  const float small = q * s * x + x;\n"
+         "  const float big = 1.0f - 2.0f / (fusor_expf(2.0f * ax) + 1.0f);\n"
+         "  return ax < 0.625f ? small : (x < 0.0f ? -big : big);\n"
+         "}\n"
+         "/* erf: odd polynomial below |x| = 1; above, Abramowitz & Stegun 7.1.26 (|err| <= 1.5e-7). */\n" +
+         p +
+         " float fusor_erff(float x) {\n"
+         "  const float ax = x < 0.0f ? -x : x, z = x * x;\n"
+         "  float q = 7.853861353153693e-5f;\n"
+         "  q = q * z - 8.010193625184903e-4f;\n"
+         "  q = q * z + 5.188327685732524e-3f;\n"
+         "  q = q * z - 2.685381193529856e-2f;\n"
+         "  q = q * z + 1.128358514861418e-1f;\n"
+         "  q = q * z - 3.761262582423300e-1f;\n"
+         "  q = q * z + 1.128379165726710e+0f;\n"
+         "  const float small = x * q;\n"
+         "  const float t = 1.0f / (1.0f + 0.3275911f * ax);\n"
+         "  float u = 1.061405429f;\n"
+         "  u = u * t - 1.453152027f;\n"
+         "  u = u * t + 1.421413741f;\n"
+         "  u = u * t - 0.284496736f;\n"
+         "  u = u * t + 0.254829592f;\n"
+         "  const float big = 1.0f - u * t * fusor_expf(-z);\n"
+         "  return ax < 1.0f ? small : (x < 0.0f ? -big : big);\n"
+         "}\n"
+         "/* C99 fmaxf/fminf semantics (a NaN operand yields the other one) as selects. */\n" +
+         p + " float fusor_fmaxf(float a, float b) { return b != b ? a : (a != a ? b : (a > b ? a : b)); }\n" + p +
+         " float fusor_fminf(float a, float b) { return b != b ? a : (a != a ? b : (a < b ? a : b)); }\n";
+}
+
 std::string float_literal(double value) {
   if (std::isnan(value)) return "NAN";
   if (std::isinf(value)) return value > 0 ? "INFINITY" : "(-INFINITY)";
@@ -80,6 +163,10 @@ std::string render_row_norm_accumulate(const CDialect& dialect, RowNorm norm, st
 std::string render_row_norm_factor(const CDialect& dialect, RowNorm norm, std::string_view s, std::string_view n,
                                    std::string_view eps) {
   return instantiate(dialect, row_norm_info(norm).c_factor, {{"$s", s}, {"$n", n}, {"$eps", eps}});
+}
+
+std::string render_row_norm_output(const CDialect& dialect, RowNorm norm, std::string_view d, std::string_view r) {
+  return instantiate(dialect, row_norm_info(norm).c_output, {{"$d", d}, {"$r", r}});
 }
 
 std::string render_reduce_init(const CDialect& dialect, ReduceOp op) {

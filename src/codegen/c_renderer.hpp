@@ -26,6 +26,20 @@ struct CDialect {
 
 const CDialect& c99_dialect();
 
+// C99 for loops the host compiler vectorises (`#pragma omp simd`): the libm functions the
+// op table uses for transcendental ops (expf, tanhf, erff) and fmaxf/fminf are renamed to
+// the branch-free helpers of render_vector_math_helpers, which inline into SIMD code. The
+// op table's expressions are rendered unchanged otherwise (same NaN semantics).
+const CDialect& c99_simd_dialect();
+
+// Definitions of the helpers c99_simd_dialect renames to (fusor_expf, fusor_tanhf,
+// fusor_erff, fusor_fmaxf, fusor_fminf). Their measured maximum errors are in
+// docs/performance.md (tests/test_x86_simd.cpp measures them against double).
+std::string render_vector_math_helpers(const CDialect& dialect);
+// CUDA C++ compiled by NVRTC: device helpers, `__restrict__`, an extern "C" __global__
+// entry. No math renames: the lanes keep IEEE expf/tanhf so f32 budgets stay exact.
+const CDialect& cuda_dialect();
+
 // A float literal that C and CUDA read back exactly (INFINITY/NAN for non-finite).
 std::string float_literal(double value);
 
@@ -48,6 +62,8 @@ std::string render_row_norm(const CDialect& dialect, RowNorm norm, std::string_v
 std::string render_row_norm_accumulate(const CDialect& dialect, RowNorm norm, std::string_view d);
 std::string render_row_norm_factor(const CDialect& dialect, RowNorm norm, std::string_view s, std::string_view n,
                                    std::string_view eps);
+// The output step `y = output(d, r)` alone, for kernels that normalise a row in parallel.
+std::string render_row_norm_output(const CDialect& dialect, RowNorm norm, std::string_view d, std::string_view r);
 
 // The pieces of a last-axis reduction for accumulator `acc`, element `x`, length `n`.
 std::string render_reduce_init(const CDialect& dialect, ReduceOp op);

@@ -27,6 +27,9 @@ std::string_view code_name(ErrorCode code) {
   case ErrorCode::cache_unsafe: return "E_CACHE_UNSAFE";
   case ErrorCode::internal: return "E_INTERNAL";
   case ErrorCode::oracle_rejected: return "E_ORACLE_REJECTED";
+  case ErrorCode::graph_invalid: return "E_GRAPH_INVALID";
+  case ErrorCode::onnx_unsupported_dtype: return "E_ONNX_UNSUPPORTED_DTYPE";
+  case ErrorCode::onnx_unavailable: return "E_ONNX_UNAVAILABLE";
   }
   return "E_INTERNAL";
 }

@@ -37,7 +37,8 @@ Expected<RunOutput> execute_on_target(const Target& target, const Region& region
     return out;
   };
   if (Status ok = target.available(); !ok) return decline(ok.error());
-  auto src = target.emit(region, options.emit);
+  const bool own_emitter = options.candidate && options.candidate->emit;
+  auto src = own_emitter ? options.candidate->emit(region, options.emit) : target.emit(region, options.emit);
   if (!src)
     return src.error().code == ErrorCode::emit_unsupported ? decline(src.error()) : Expected<RunOutput>(src.error());
   FUSOR_TRY_ASSIGN(Artifact artifact, target.compile(*src));

@@ -99,14 +99,17 @@ Status write_text(const fs::path& path, const std::string& text) {
 
 // Compiles `source` (saved as <scratch>/<name>.c) to `out` with the compiler's flags.
 Status run_compile(const HostCompiler& cc, const std::string& source, const std::string& name,
-                   const fs::path& scratch_parent, const fs::path& out, const std::string& what) {
+                   const fs::path& scratch_parent, const fs::path& out, const std::string& what,
+                   const std::vector<std::string>& link_libs = {}) {
   FUSOR_TRY_ASSIGN(ScratchDir scratch, ScratchDir::create(scratch_parent));
   // Named after the entry so diagnostics read "fused_gemm.c:12:3: error: ...".
   const fs::path src = scratch.path() / (name + ".c");
   FUSOR_TRY(write_text(src, source));
   std::vector<std::string> argv = {cc.path};
   argv.insert(argv.end(), cc.flags.begin(), cc.flags.end());
-  argv.insert(argv.end(), {"-o", out.string(), src.string(), "-lm"});
+  argv.insert(argv.end(), {"-o", out.string(), src.string()});
+  for (const auto& lib : link_libs) argv.push_back("-l" + lib);
+  argv.push_back("-lm");
   auto run = run_process(argv, kCompileTimeout);
   if (!run.ok())
     return make_error(ErrorCode::compile_failed,
@@ -189,7 +192,7 @@ Expected<HostCompiler> detect_host_compiler() {
 std::string shared_object_cache_key(const KernelSource& src, const HostCompiler& cc) {
   return DiskCache::make_key(std::vector<std::string>{
       "fusor-host-so-v1", src.source, src.entry, src.lang, std::string(spec_policy_name(src.spec)), src.shape_key,
-      src.layouts, std::string(dtype_name(src.dtype)), src.target, src.lane, cc.identity()});
+      src.layouts, std::string(dtype_name(src.dtype)), src.target, src.lane, join(src.link_libs), cc.identity()});
 }
 
 Expected<CacheEntry> compile_shared_object(const KernelSource& src, const HostCompiler& cc, DiskCache& cache) {
@@ -209,7 +212,7 @@ Expected<CacheEntry> compile_shared_object(const KernelSource& src, const HostCo
   return cache.get_or_build(
       shared_object_cache_key(src, cc), "so",
       [&](const fs::path& out) {
-        return run_compile(cc, src.source, c_identifier(src.entry), out.parent_path(), out, what);
+        return run_compile(cc, src.source, c_identifier(src.entry), out.parent_path(), out, what, src.link_libs);
       },
       meta);
 }

@@ -9,7 +9,9 @@
 #include <optional>
 
 #include "cli_common.hpp"
+#include "cli_lanes.hpp"
 #include "commands.hpp"
+#include "fusor/arbiter.hpp"
 #include "examples.hpp"
 #include "fusor/npy.hpp"
 #include "fusor/operand_gen.hpp"
@@ -24,15 +26,27 @@ struct RunOptions {
   std::vector<std::string> inputs;
   std::string out;
   int region = 0; // 0: not given
-  std::string target = "reference";
+  LaneFlags lanes;
 };
 
-// Only the reference lane exists so far; the other names are reserved so scripts written
-// against later versions get a clear "not built" rather than "unknown option value".
-Status check_target(const std::string& target) {
-  if (target == "reference") return {};
-  return make_error(ErrorCode::runner_unavailable,
-                    "target '" + target + "' is not built into this fusor yet; only --target reference runs");
+// The user's corpus (FUSOR_CORPUS or <cache dir>/corpus.json); none if the path is unusable.
+std::optional<Corpus> user_corpus() {
+  auto path = Corpus::default_path();
+  if (!path) return std::nullopt;
+  return Corpus::load(*path);
+}
+
+// The region through the arbiter on the requested targets, or the reference evaluator.
+Expected<RunOutput> run_region(const Region& region, std::span<const Tensor> operands, const LaneFlags& lanes) {
+  if (lanes.target == "reference") return execute_reference(region, operands);
+  FUSOR_TRY_ASSIGN(const ArbiterOptions options, arbiter_options(lanes));
+  auto corpus = user_corpus();
+  Arbiter arbiter(builtin_registry(), corpus ? &*corpus : nullptr);
+  FUSOR_TRY_ASSIGN(Dispatch first, arbiter.dispatch(region, operands, options));
+  if (first.run.tag == "reference") return std::move(first.run);
+  // The first call pays for loading the kernel and starting threads: time a warm call.
+  FUSOR_TRY_ASSIGN(Dispatch warm, arbiter.dispatch(region, operands, options));
+  return std::move(warm.run);
 }
 
 // Times the reference evaluator; Expected has no empty state, hence the optional.
@@ -51,42 +65,18 @@ int run_file(const RunOptions& o) {
                                                         " region needs its operands: --in " + operand_list(*region)));
   auto operands = load_operands(o.inputs);
   if (!operands) return fail("fusor run", operands.error());
-  auto [result, ms] = evaluate_timed(*region, *operands);
+  auto result = run_region(*region, *operands, o.lanes);
   if (!result) return fail("fusor run", result.error(), &*region);
   if (!o.out.empty()) {
-    const Status written = write_npy(o.out, *result);
+    const Status written = write_npy(o.out, result->output);
     if (!written) return fail("fusor run", written.error());
   }
-  std::cout << fmt::format("lane=reference time_ms={:.3f} output={}{}\n", ms, compact_shape(result->shape),
-                           o.out.empty() ? "" : " out=" + o.out);
+  std::cout << fmt::format("lane={} time_ms={:.3f} output={}{}\n", result->tag, result->time_ms,
+                           compact_shape(result->output.shape), o.out.empty() ? "" : " out=" + o.out);
+  if (!result->note.empty()) std::cerr << "note: " << result->note << "\n";
   return kExitOk;
 }
 
-// Modest problem sizes: big enough to be real work, small enough for the double-precision
-// reference to finish in milliseconds.
-ProblemShape example_dims(const Region& region) {
-  ProblemShape d;
-  switch (region_kind(region)) {
-  case RegionKind::fused:
-  case RegionKind::matmul:
-  case RegionKind::gated:
-    d.M = 128;
-    d.N = 96;
-    d.K = 64;
-    break;
-  case RegionKind::attention: // 2 batches of 4 query heads over 2 KV heads; head dim 64
-    d.batch = 2;
-    d.heads = 4;
-    d.kv_heads = 2;
-    d.M = d.Nk = 64;
-    d.D = d.Dv = 64;
-    break;
-  case RegionKind::pointwise:
-  case RegionKind::pointwise_reduce:
-  case RegionKind::norm_chain: d.output = {64, 256}; break;
-  }
-  return d;
-}
 
 std::string shorten(std::string s, size_t width) {
   if (s.size() > width) s = s.substr(0, width - 3) + "...";
@@ -108,7 +98,7 @@ std::string summary(const Tensor& t) {
          (nonfinite ? fmt::format(" non-finite={}", nonfinite) : "");
 }
 
-int run_examples() {
+int run_examples(const LaneFlags& lanes) {
   struct Example {
     std::string_view name;
     Region region;
@@ -123,11 +113,17 @@ int run_examples() {
                    [](const Example& a, const Example& b) { return region_kind(a.region) < region_kind(b.region); });
 
   constexpr std::uint64_t kSeed = 0;
-  std::vector<std::array<std::string, 6>> rows{{"kind", "region", "operands", "output", "time_ms", "output summary"}};
+  std::vector<std::array<std::string, 8>> rows{
+      {"kind", "region", "operands", "lane", "time_ms", "ref_ms", "max|err|", "output summary"}};
   for (const auto& e : examples) {
-    const auto operands = make_operands(e.region, example_dims(e.region), kSeed);
-    auto [result, ms] = evaluate_timed(e.region, operands);
+    const auto operands = make_operands(e.region, default_dims(e.region), kSeed);
+    auto [reference, ref_ms] = evaluate_timed(e.region, operands);
+    if (!reference) return fail("fusor run: bundled example " + std::string(e.name), reference.error(), &e.region);
+    auto result = run_region(e.region, operands, lanes);
     if (!result) return fail("fusor run: bundled example " + std::string(e.name), result.error(), &e.region);
+    double err = 0;
+    for (size_t i = 0; i < reference->data.size(); ++i)
+      err = std::max(err, std::fabs(static_cast<double>(result->output.data[i]) - reference->data[i]));
     std::string shapes;
     const auto names = operand_names(e.region);
     for (size_t i = 0; i < operands.size(); ++i) shapes += (i ? " " : "") + names[i] + compact_shape(operands[i].shape);
@@ -136,20 +132,22 @@ int run_examples() {
     const size_t open = text.find("{ "), close = text.rfind(" }");
     if (open != std::string::npos && close != std::string::npos && close > open)
       text = text.substr(open + 2, close - open - 2);
-    rows.push_back({std::string(region_kind_name(region_kind(e.region))), shorten(text, 56), shapes,
-                    compact_shape(result->shape), fmt::format("{:.2f}", ms), summary(*result)});
+    rows.push_back({std::string(region_kind_name(region_kind(e.region))), shorten(text, 48), shapes, result->tag,
+                    fmt::format("{:.3f}", result->time_ms), fmt::format("{:.2f}", ref_ms), fmt::format("{:.1e}", err),
+                    summary(result->output)});
   }
 
-  std::array<size_t, 6> width{};
+  std::array<size_t, 8> width{};
   for (const auto& row : rows)
     for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
-  std::cout << fmt::format("fusor {}: {} bundled example regions, reference lane (double precision), "
-                           "inputs N(0,1) from seed {}\n\n",
-                           FUSOR_VERSION, examples.size(), kSeed);
+  std::cout << fmt::format("fusor {}: {} bundled example regions on target '{}' (each kernel verified by the "
+                           "oracle before it runs), inputs N(0,1) from seed {}; ref_ms is the double-precision "
+                           "reference evaluator\n\n",
+                           FUSOR_VERSION, examples.size(), lanes.target, kSeed);
   for (const auto& row : rows) {
     std::string line;
     for (size_t c = 0; c < row.size(); ++c) {
-      const bool right = c == 4; // numbers right-aligned
+      const bool right = c >= 4 && c <= 6; // numbers right-aligned
       line += right ? fmt::format("{:>{}}", row[c], width[c]) : fmt::format("{:<{}}", row[c], width[c]);
       line += c + 1 < row.size() ? "  " : "";
     }
@@ -175,21 +173,24 @@ Command add_run_command(CLI::App& app) {
                                  "Which block of FILE to run (1 = first); needed when FILE "
                                  "has several")
                      ->check(CLI::PositiveNumber);
-  sub->add_option("--target", o->target,
-                  "Where to run: reference (the reference evaluator; the only target built so far). "
-                  "x86, cuda and auto are reserved and rejected for now")
-      ->check(CLI::IsMember({"reference", "x86", "cuda", "auto"}))
+  sub->add_option("--target", o->lanes.target,
+                  "Where to run: auto (the arbiter picks the fastest verified lane over every available target), "
+                  "a target name (x86, cuda), or reference (the double-precision reference evaluator)")
       ->capture_default_str();
+  sub->add_option("--force", o->lanes.force, "Run this lane (candidate name, e.g. x86_c); see fusor explain");
+  sub->add_flag("--no-verify", o->lanes.no_verify,
+                "Run kernels that have no oracle certificate (the lane is then tagged +unverified)");
   sub->footer(operand_order_help() +
-              "With FILE, prints `lane=<lane that ran> time_ms=<wall time>` and the output shape.");
+              "With FILE, prints `lane=<lane that ran> time_ms=<kernel time>` and the output shape.\n"
+              "FUSOR_VERBOSE=1 logs every dispatch: each candidate and why it lost.");
   return {sub, [o, in, out, region] {
-            const Status target = check_target(o->target);
-            if (!target) return fail("fusor run", target.error());
+            if (o->lanes.target != "reference")
+              if (auto targets = resolve_targets(o->lanes.target); !targets) return fail("fusor run", targets.error());
             if (!o->file.empty()) return run_file(*o);
             if (in->count() + out->count() + region->count() > 0)
               return fail("fusor run",
                           make_error(ErrorCode::bad_argument, "--in, --out and --region need a region FILE"));
-            return run_examples();
+            return run_examples(o->lanes);
           }};
 }
 

@@ -21,6 +21,9 @@ int main(int argc, char** argv) {
       add_ref_command(app),
       add_run_command(app),
       add_cache_command(app),
+      add_emit_command(app),
+      add_verify_command(app),
+      add_explain_command(app),
   };
 
   // An unknown command gets its own message; CLI11 would call it an unexpected argument.

@@ -334,12 +334,7 @@ std::string layouts_of(const Region& region) {
 
 } // namespace
 
-std::string_view lane_tag() {
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f")) return "x86_avx512";
-  if (__builtin_cpu_supports("avx2")) return "x86_avx2";
-  return "x86_c";
-}
+std::string_view lane_tag() { return kGenericLane; }
 
 Expected<KernelSource> emit(const Region& region, const EmitOptions& options) {
   const RegionKind kind = region_kind(region);

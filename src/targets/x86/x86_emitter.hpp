@@ -7,7 +7,9 @@
 
 namespace fusor::x86 {
 
-// The lane tag x86 kernels run under on this host: "x86_avx512", "x86_avx2" or "x86_c".
+// The generic lane's tag: portable C99 + OpenMP, vectorised by the host compiler for the
+// host ISA (-march=native). Hand-blocked SIMD lanes have tags of their own.
+inline constexpr std::string_view kGenericLane = "x86_c";
 std::string_view lane_tag();
 
 Expected<KernelSource> emit(const Region& region, const EmitOptions& options);

@@ -2,13 +2,19 @@
 // register_builtin_targets makes for x86.
 #include "targets/x86/x86_target.hpp"
 
+#include "fusor/toolchain.hpp"
 #include "targets/x86/x86_emitter.hpp"
+#include "targets/x86/x86_simd_emitter.hpp"
 
 namespace fusor::x86 {
 
 void register_target(Registry& registry) {
   registry.add_target(Target{
       "x86",
+      [] {
+        auto cc = detect_host_compiler();
+        return host_isa() + " | " + (cc ? cc->identity() : std::string("no compiler"));
+      },
       [] { return Status{}; }, // any x86-64 host with a C compiler; compile reports a missing one
       [](const Region& region, const EmitOptions& options) { return emit(region, options); },
       [](const KernelSource& source) { return compile(source); },
@@ -21,12 +27,16 @@ void register_target(Registry& registry) {
   });
   for (auto kind : {RegionKind::fused, RegionKind::matmul, RegionKind::attention, RegionKind::gated,
                     RegionKind::pointwise, RegionKind::pointwise_reduce, RegionKind::norm_chain})
-    registry.add_candidate(Candidate{"x86_generic", "x86", kind, 1, [](const Region& region) {
+    registry.add_candidate(Candidate{std::string(kGenericLane), "x86", kind, 1, [](const Region& region) {
                                        const DType d = region_storage(region);
                                        return d == DType::fp8_e4m3 || d == DType::fp8_e5m2
                                                   ? std::optional<std::string>("fp8 storage is not supported on x86")
                                                   : std::nullopt;
                                      }});
+  // Tier 2: the AVX-512 micro-kernel lane (declines, with the reason, on hosts without it).
+  for (auto kind : {RegionKind::fused, RegionKind::matmul, RegionKind::attention, RegionKind::gated,
+                    RegionKind::pointwise, RegionKind::pointwise_reduce, RegionKind::norm_chain})
+    registry.add_candidate(Candidate{std::string(kAvx512Lane), "x86", kind, 2, simd_declines, emit_simd});
 }
 
 } // namespace fusor::x86

@@ -1,0 +1,59 @@
+// Shared plumbing of the native graph kernels (src/graph/kernels_*.cpp).
+#pragma once
+
+#include <span>
+#include <string>
+#include <vector>
+
+#include "fusor/graph.hpp"
+
+namespace fusor::graph_kernels {
+
+using Ins = std::span<const GraphTensor* const>;
+using Outs = Expected<std::vector<GraphTensor>>;
+
+Error bad(const Node& node, const std::string& what);   // E_GRAPH_INVALID naming the node
+Error shape(const Node& node, const std::string& what); // E_SHAPE_MISMATCH naming the node
+Status arity(const Node& node, Ins in, size_t min, size_t max);
+const GraphTensor* opt(Ins in, size_t k); // nullptr when absent
+Status want_type(const Node& node, const GraphTensor& t, ElemType type, const char* operand);
+// An i64 tensor's values (shapes, axes, indices).
+Expected<std::vector<std::int64_t>> ints_of(const Node& node, const GraphTensor& t, const char* operand);
+// `axis` in [-rank, rank) → [0, rank).
+Expected<std::int64_t> norm_axis(const Node& node, std::int64_t axis, std::int64_t rank);
+std::vector<std::int64_t> strides_of(const Shape& shape);
+
+// Output shape and, per input, the stride of each output dimension (0 where broadcast).
+struct Broadcast {
+  Shape out;
+  std::vector<std::vector<std::int64_t>> strides;
+  // f(k, offsets): k the output element, offsets[i] the element of input i.
+  template <class F> void for_each(F&& f) const {
+    const size_t rank = out.size(), n_in = strides.size();
+    const std::int64_t total = shape_numel(out);
+    std::vector<std::int64_t> idx(rank, 0), off(n_in, 0);
+    for (std::int64_t k = 0; k < total; ++k) {
+      f(k, off.data());
+      for (size_t d = rank; d-- > 0;) {
+        for (size_t i = 0; i < n_in; ++i) off[i] += strides[i][d];
+        if (++idx[d] < out[d]) break;
+        for (size_t i = 0; i < n_in; ++i) off[i] -= strides[i][d] * out[d];
+        idx[d] = 0;
+      }
+    }
+  }
+};
+Expected<Broadcast> broadcast(const Node& node, const std::vector<Shape>& shapes);
+
+// Families: each knows its ops and runs them.
+bool is_elementwise(std::string_view op);
+Outs run_elementwise(const Node& node, Ins in);
+bool is_shape_op(std::string_view op);
+Outs run_shape_op(const Node& node, Ins in);
+bool is_nn_op(std::string_view op);
+Outs run_nn_op(const Node& node, Ins in);
+std::vector<std::string_view> elementwise_names();
+std::vector<std::string_view> shape_op_names();
+std::vector<std::string_view> nn_op_names();
+
+} // namespace fusor::graph_kernels

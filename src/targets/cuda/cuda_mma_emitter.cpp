@@ -1,0 +1,570 @@
+// The tensor-core lanes (cuda_mma_f16, cuda_mma_bf16): mma.sync m16n8k16 with f32
+// accumulation, operands staged through shared memory by multi-stage cp.async pipelines
+// and read with ldmatrix. GEMM-rooted kinds run a tiled GEMM whose epilogue (gate, bias,
+// activations, residual) is rendered from the op table on the accumulators; attention runs
+// a flash-style kernel (online softmax, scores never leave registers).
+//
+// Ragged shapes: tiles past M/N/K (or past Nk, D, Dv) are zero-filled by the copies and
+// never stored; rows whose length is not a multiple of 8 elements cannot use 16-byte
+// copies and take a per-element load path (same kernel, chosen at run time).
+#include <algorithm>
+#include <array>
+
+#include "codegen/abi.hpp"
+#include "codegen/c_renderer.hpp"
+#include "targets/cuda/cuda_emitters.hpp"
+#include "targets/cuda/cuda_source.hpp"
+
+namespace fusor::cuda {
+namespace {
+
+using codegen::cuda_dialect;
+using codegen::float_literal;
+
+void replace_all(std::string& text, std::string_view from, std::string_view to) {
+  for (size_t pos = text.find(from); pos != std::string::npos; pos = text.find(from, pos + to.size()))
+    text.replace(pos, from.size(), to);
+}
+
+// Device helpers; @T@ is the PTX element type (bf16 or f16).
+constexpr std::string_view kMmaHelpers = R"(static __device__ __forceinline__ uint32_t fusor_smem(const void* p) {
+  return (uint32_t)__cvta_generic_to_shared(p);
+}
+static __device__ __forceinline__ void fusor_cp16(uint32_t dst, const void* src, int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
+}
+static __device__ __forceinline__ void fusor_cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> static __device__ __forceinline__ void fusor_cp_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+static __device__ __forceinline__ void fusor_ldsm4(uint32_t* r, uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+static __device__ __forceinline__ void fusor_ldsm4t(uint32_t* r, uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+static __device__ __forceinline__ void fusor_mma(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.@T@.@T@.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+               "{%0,%1,%2,%3};\n"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+/* two floats rounded to the storage type, `lo` in the low half (the lower k index) */
+static __device__ __forceinline__ uint32_t fusor_pack(float lo, float hi) {
+  uint32_t r;
+  asm("cvt.rn.@T@x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+/* ROWS x COLS halves (COLS a multiple of 8) of g (row stride cols_total) from (row0, col0)
+   into s (row stride ld_s); zero outside rows_total x cols_total. vec: 16-byte async copies
+   (rows are 16-byte aligned, so an 8-element chunk is wholly inside or outside). */
+template <int ROWS, int COLS, int THREADS>
+static __device__ __forceinline__ void fusor_load_tile(uint16_t* s, int ld_s, const uint16_t* __restrict__ g,
+                                                       int64_t rows_total, int64_t cols_total, int64_t row0,
+                                                       int64_t col0, bool vec) {
+  constexpr int CPR = COLS / 8, CHUNKS = ROWS * CPR;
+#pragma unroll
+  for (int i = 0; i < (CHUNKS + THREADS - 1) / THREADS; ++i) {
+    const int c = (int)threadIdx.x + i * THREADS;
+    if (CHUNKS % THREADS != 0 && c >= CHUNKS) break;
+    const int r = c / CPR, cc = (c % CPR) * 8;
+    const int64_t gr = row0 + r, gc = col0 + cc;
+    uint16_t* dst = s + r * ld_s + cc;
+    if (vec) {
+      const bool in = gr < rows_total && gc < cols_total;
+      fusor_cp16(fusor_smem(dst), in ? (const void*)(g + gr * cols_total + gc) : (const void*)g, in ? 16 : 0);
+    } else {
+      for (int e = 0; e < 8; ++e)
+        dst[e] = (gr < rows_total && gc + e < cols_total) ? g[gr * cols_total + gc + e] : (uint16_t)0;
+    }
+  }
+}
+)";
+
+// ---- GEMM-rooted kinds ----------------------------------------------------------------
+
+struct GemmTile {
+  std::string_view name;
+  int bm, bn, warps_m, warps_n;
+};
+constexpr std::array<GemmTile, 4> kGemmTiles{{
+    {"128x128", 128, 128, 2, 2},
+    {"128x256", 128, 256, 2, 4},
+    {"256x128", 256, 128, 4, 2},
+    {"64x128", 64, 128, 2, 2},
+}};
+// Gated kernels carry two accumulator sets: half the columns per block.
+constexpr std::array<GemmTile, 2> kGatedTiles{{{"128x64", 128, 64, 2, 2}, {"64x128", 64, 128, 2, 2}}};
+constexpr int kBK = 32;
+
+struct GemmPlan {
+  bool b_kmajor = false; // B stored [N, K] (col_major / transpose_b)
+  std::vector<Op> epilogue;
+  bool residual = false;
+  std::optional<Op> gate;
+};
+
+constexpr std::string_view kGemmMain = R"(  extern __shared__ uint4 fusor_smem_raw[];
+  uint16_t* smem = (uint16_t*)fusor_smem_raw;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wm = warp / WARPS_N, wn = warp % WARPS_N;
+  const int64_t tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
+  const int64_t pid = (int64_t)blockIdx.y * gridDim.x + blockIdx.x;
+  /* grouped raster: 8 tile-rows in flight share their B panels in L2 */
+  const int64_t group = 8 * tiles_n, first = (pid / group) * 8;
+  if (first >= tiles_m) return;
+  const int64_t gsize = tiles_m - first < 8 ? tiles_m - first : 8;
+  const int64_t m0 = (first + (pid % group) % gsize) * BM, n0 = ((pid % group) / gsize) * BN;
+  const bool vec = K % 8 == 0 && (B_KMAJOR || N % 8 == 0);
+  const int64_t KT = (K + BK - 1) / BK;
+  float acc[NB][MI][NI][4];
+#pragma unroll
+  for (int b = 0; b < NB; ++b)
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < NI; ++ni)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[b][mi][ni][e] = 0.0f;
+  auto load = [&](int s, int64_t kt) {
+    uint16_t* st = smem + s * STAGE;
+    const int64_t k0 = kt * BK;
+    fusor_load_tile<BM, BK, THREADS>(st, A_LD, A, M, K, m0, k0, vec);
+#pragma unroll
+    for (int b = 0; b < NB; ++b) {
+      if (B_KMAJOR)
+        fusor_load_tile<BN, BK, THREADS>(st + A_TILE + b * B_TILE, B_LD, Bmat[b], N, K, n0, k0, vec);
+      else
+        fusor_load_tile<BK, BN, THREADS>(st + A_TILE + b * B_TILE, B_LD, Bmat[b], K, N, k0, n0, vec);
+    }
+  };
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < KT) load(s, s);
+    fusor_cp_commit();
+  }
+  for (int64_t kt = 0; kt < KT; ++kt) {
+    fusor_cp_wait<STAGES - 2>();
+    __syncthreads();
+    if (kt + STAGES - 1 < KT) load((int)((kt + STAGES - 1) % STAGES), kt + STAGES - 1);
+    fusor_cp_commit();
+    const uint16_t* As = smem + (int)(kt % STAGES) * STAGE;
+#pragma unroll
+    for (int kk = 0; kk < BK; kk += 16) {
+      uint32_t af[MI][4];
+#pragma unroll
+      for (int mi = 0; mi < MI; ++mi)
+        fusor_ldsm4(af[mi], fusor_smem(As + (wm * WTM + mi * 16 + (lane & 15)) * A_LD + kk + (lane >> 4) * 8));
+#pragma unroll
+      for (int b = 0; b < NB; ++b) {
+        const uint16_t* Bs = As + A_TILE + b * B_TILE;
+        uint32_t bf[NI][2];
+#pragma unroll
+        for (int nj = 0; nj < NI; nj += 2) {
+          uint32_t r[4];
+          if (B_KMAJOR)
+            fusor_ldsm4(r, fusor_smem(Bs + (wn * WTN + nj * 8 + (lane & 7) + (lane >> 4) * 8) * B_LD + kk +
+                                      ((lane >> 3) & 1) * 8));
+          else
+            fusor_ldsm4t(r, fusor_smem(Bs + (kk + (lane & 7) + ((lane >> 3) & 1) * 8) * B_LD + wn * WTN + nj * 8 +
+                                       (lane >> 4) * 8));
+          bf[nj][0] = r[0];
+          bf[nj][1] = r[1];
+          bf[nj + 1][0] = r[2];
+          bf[nj + 1][1] = r[3];
+        }
+#pragma unroll
+        for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+          for (int ni = 0; ni < NI; ++ni) fusor_mma(acc[b][mi][ni], af[mi], bf[ni][0], bf[ni][1]);
+      }
+    }
+  }
+  fusor_cp_wait<0>();
+#pragma unroll
+  for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < NI; ++ni)
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int64_t gm = m0 + wm * WTM + mi * 16 + (lane >> 2) + hf * 8;
+        const int64_t gn = n0 + wn * WTN + ni * 8 + (lane & 3) * 2;
+        if (gm >= M) continue;
+        float vals[2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int64_t n = gn + e;
+          float v = acc[0][mi][ni][hf * 2 + e];
+@EPILOGUE@          vals[e] = v;
+        }
+        float* o = out + gm * N + gn;
+        if (gn + 1 < N && (N & 1) == 0) {
+          *(float2*)o = make_float2(vals[0], vals[1]);
+        } else {
+          if (gn < N) o[0] = vals[0];
+          if (gn + 1 < N) o[1] = vals[1];
+        }
+      }
+)";
+
+std::string gemm_epilogue(const GemmPlan& plan, DType dtype) {
+  const auto& d = cuda_dialect();
+  const std::string in = "          ";
+  std::string s;
+  if (plan.gate) {
+    s += in + "float u = acc[1][mi][ni][hf * 2 + e];\n";
+    s += codegen::render_unary_chain(d, std::vector<Op>{*plan.gate}, "v", "", in);
+    s += in + "v = " + codegen::render_op(d, Op::mul, "v", "u") + ";\n";
+  }
+  const bool has_bias = std::find(plan.epilogue.begin(), plan.epilogue.end(), Op::bias) != plan.epilogue.end();
+  if (!has_bias && plan.epilogue.empty() && !plan.residual) return s;
+  s += in + "if (n < N) {\n";
+  if (has_bias) s += in + "  const float bv = " + load_expr(dtype, "bias", "n") + ";\n";
+  s += codegen::render_unary_chain(d, plan.epilogue, "v", "bv", in + "  ");
+  if (plan.residual) {
+    s += in + "  const float rv = " + load_expr(dtype, "res", "gm * N + n") + ";\n";
+    s += in + "  v = " + codegen::render_op(d, Op::add, "v", "rv") + ";\n";
+  }
+  return s + in + "}\n";
+}
+
+Expected<std::pair<std::string, LaunchSpec>> gemm_kernel(const Region& region, const GemmPlan& plan, DType dtype,
+                                                         const EmitOptions& options, std::string_view lane) {
+  const RegionKind kind = region_kind(region);
+  const bool gated = plan.gate.has_value();
+  std::string tile_name = gated ? "128x64" : "128x128";
+  int stages = 4;
+  for (const auto& [key, value] : options.options) {
+    if (key == "tile") {
+      tile_name = value;
+    } else if (key == "stages") {
+      stages = value.size() == 1 && value[0] >= '2' && value[0] <= '6' ? value[0] - '0' : 0;
+      if (!stages) return unsupported(kind, lane, "option stages=" + value + " (2..6 are allowed)");
+    } else {
+      return unsupported(kind, lane, "unknown option '" + key + "=" + value + "' (tile, stages are known)");
+    }
+  }
+  const GemmTile* tile = nullptr;
+  std::string known;
+  for (const auto& t : gated ? std::span<const GemmTile>(kGatedTiles) : std::span<const GemmTile>(kGemmTiles)) {
+    known += (known.empty() ? "" : ", ") + std::string(t.name);
+    if (t.name == tile_name) tile = &t;
+  }
+  if (!tile) return unsupported(kind, lane, "option tile=" + tile_name + " (known: " + known + ")");
+  const int threads = tile->warps_m * tile->warps_n * 32;
+  const int nb = gated ? 2 : 1;
+  const int a_tile = tile->bm * (kBK + 8);
+  const int b_tile = plan.b_kmajor ? tile->bn * (kBK + 8) : kBK * (tile->bn + 8);
+  const int smem = stages * (a_tile + nb * b_tile) * 2;
+  const LaunchSpec launch{LaunchSpec::Rule::gemm, threads, tile->bm, tile->bn, smem};
+
+  std::string s;
+  s += "constexpr int BM = " + std::to_string(tile->bm) + ", BN = " + std::to_string(tile->bn) +
+       ", BK = " + std::to_string(kBK) + ", WARPS_M = " + std::to_string(tile->warps_m) +
+       ", WARPS_N = " + std::to_string(tile->warps_n) + ", STAGES = " + std::to_string(stages) + ";\n";
+  s += "constexpr int THREADS = WARPS_M * WARPS_N * 32, WTM = BM / WARPS_M, WTN = BN / WARPS_N;\n";
+  s += "constexpr int MI = WTM / 16, NI = WTN / 8, NB = " + std::to_string(nb) + ";\n";
+  s += std::string("constexpr bool B_KMAJOR = ") + (plan.b_kmajor ? "true" : "false") + ";\n";
+  s += "constexpr int A_LD = BK + 8, B_LD = B_KMAJOR ? BK + 8 : BN + 8; /* padded rows: conflict-free ldmatrix */\n";
+  s += "constexpr int A_TILE = BM * A_LD, B_TILE = B_KMAJOR ? BN * B_LD : BK * B_LD, STAGE = A_TILE + NB * B_TILE;\n\n";
+  FUSOR_TRY_ASSIGN(std::string open, entry_open(region, options, threads, lane));
+  s += open;
+  s += "  const uint16_t* __restrict__ A = (const uint16_t*)operands[0];\n";
+  s += "  const uint16_t* Bmat[NB] = {(const uint16_t*)operands[1]" +
+       std::string(gated ? ", (const uint16_t*)operands[2]" : "") + "};\n";
+  int next = gated ? 3 : 2;
+  if (std::find(plan.epilogue.begin(), plan.epilogue.end(), Op::bias) != plan.epilogue.end())
+    s += "  const uint16_t* __restrict__ bias = (const uint16_t*)operands[" + std::to_string(next++) + "];\n";
+  if (plan.residual) s += "  const uint16_t* __restrict__ res = (const uint16_t*)operands[" + std::to_string(next++) + "];\n";
+  std::string body(kGemmMain);
+  replace_all(body, "@EPILOGUE@", gemm_epilogue(plan, dtype));
+  s += body + "}\n";
+  return std::pair{s, launch};
+}
+
+// ---- attention --------------------------------------------------------------------------
+
+constexpr int kAttnBr = 64, kAttnThreads = 128, kAttnMaxD = 128;
+
+constexpr std::string_view kAttention = R"(constexpr int BR = 64, BC = 64, THREADS = 128;
+
+/* One block: BR query rows of one (batch, head) against all visible keys, BC keys a step,
+   K/V double-buffered. Each warp owns 16 query rows; DP is D and Dv padded with zeros. */
+template <int DP>
+static __device__ __forceinline__ void fusor_attention_block(const uint16_t* __restrict__ Q,
+                                                             const uint16_t* __restrict__ Kp,
+                                                             const uint16_t* __restrict__ Vp, float* __restrict__ O,
+                                                             int64_t M, int64_t Nk, int64_t D, int64_t Dv, int64_t q0,
+                                                             uint16_t* smem, bool vec) {
+  constexpr int LD = DP + 8;
+  uint16_t* Qs = smem;
+  uint16_t* Ks = Qs + BR * LD;
+  uint16_t* Vs = Ks + 2 * BC * LD;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, t = lane & 3;
+  const float scale = @SCALE@;
+  const int64_t last_row = (q0 + BR < M ? q0 + BR : M) - 1;
+  int64_t n_tiles = (Nk + BC - 1) / BC;
+  if (CAUSAL && last_row / BC + 1 < n_tiles) n_tiles = last_row / BC + 1;
+  fusor_load_tile<BR, DP, THREADS>(Qs, LD, Q, M, D, q0, 0, vec);
+  if (n_tiles > 0) {
+    fusor_load_tile<BC, DP, THREADS>(Ks, LD, Kp, Nk, D, 0, 0, vec);
+    fusor_load_tile<BC, DP, THREADS>(Vs, LD, Vp, Nk, Dv, 0, 0, vec);
+  }
+  fusor_cp_commit();
+  fusor_cp_wait<0>();
+  __syncthreads();
+  uint32_t qf[DP / 16][4];
+#pragma unroll
+  for (int ks = 0; ks < DP / 16; ++ks)
+    fusor_ldsm4(qf[ks], fusor_smem(Qs + (warp * 16 + (lane & 15)) * LD + ks * 16 + (lane >> 4) * 8));
+  const int64_t row0 = q0 + warp * 16 + (lane >> 2), row1 = row0 + 8;
+  float o[DP / 8][4];
+#pragma unroll
+  for (int i = 0; i < DP / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  float m_r[2] = {-INFINITY, -INFINITY}, l_r[2] = {0.0f, 0.0f};
+  for (int64_t j = 0; j < n_tiles; ++j) {
+    const int st = (int)(j & 1);
+    if (j + 1 < n_tiles) {
+      fusor_load_tile<BC, DP, THREADS>(Ks + (st ^ 1) * BC * LD, LD, Kp, Nk, D, (j + 1) * BC, 0, vec);
+      fusor_load_tile<BC, DP, THREADS>(Vs + (st ^ 1) * BC * LD, LD, Vp, Nk, Dv, (j + 1) * BC, 0, vec);
+    }
+    fusor_cp_commit();
+    fusor_cp_wait<1>();
+    __syncthreads();
+    const uint16_t* Kt = Ks + st * BC * LD;
+    const uint16_t* Vt = Vs + st * BC * LD;
+    const int64_t kbase = j * BC;
+    /* S = Q K^T: K rows are [key][d], the col-major B operand */
+    float s[BC / 8][4];
+#pragma unroll
+    for (int i = 0; i < BC / 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < DP / 16; ++ks)
+#pragma unroll
+      for (int np = 0; np < BC / 16; ++np) {
+        uint32_t b[4];
+        fusor_ldsm4(b, fusor_smem(Kt + (np * 16 + (lane & 7) + (lane >> 4) * 8) * LD + ks * 16 + ((lane >> 3) & 1) * 8));
+        fusor_mma(s[2 * np], qf[ks], b[0], b[1]);
+        fusor_mma(s[2 * np + 1], qf[ks], b[2], b[3]);
+      }
+    /* scale, mask (keys past Nk; causal: key > query), row max over visible keys */
+    float tmax[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nt = 0; nt < BC / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t key = kbase + nt * 8 + 2 * t + (e & 1), row = (e >> 1) ? row1 : row0;
+        const bool vis = key < Nk && (!CAUSAL || key <= row);
+        const float x = s[nt][e] * scale;
+        s[nt][e] = x;
+        if (vis) tmax[e >> 1] = x > tmax[e >> 1] ? x : tmax[e >> 1];
+      }
+    float corr[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int off = 1; off < 4; off <<= 1) {
+        const float w = __shfl_xor_sync(0xffffffffu, tmax[h], off);
+        tmax[h] = w > tmax[h] ? w : tmax[h];
+      }
+      const float m_new = tmax[h] > m_r[h] ? tmax[h] : m_r[h];
+      /* rescale what was accumulated under the old max (1 when the max did not move,
+         which also keeps rows that have seen only masked keys at exactly 0) */
+      const float dm = m_r[h] - m_new;
+      corr[h] = m_new == m_r[h] ? 1.0f : @EXP_DM@;
+      m_r[h] = m_new;
+    }
+    float rs[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int nt = 0; nt < BC / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t key = kbase + nt * 8 + 2 * t + (e & 1), row = (e >> 1) ? row1 : row0;
+        const bool vis = key < Nk && (!CAUSAL || key <= row);
+        const float dd = s[nt][e] - m_r[e >> 1];
+        const float p = vis ? @EXP_DD@ : 0.0f;
+        s[nt][e] = p;
+        rs[e >> 1] += p;
+      }
+    l_r[0] = l_r[0] * corr[0] + rs[0];
+    l_r[1] = l_r[1] * corr[1] + rs[1];
+#pragma unroll
+    for (int i = 0; i < DP / 8; ++i) {
+      o[i][0] *= corr[0];
+      o[i][1] *= corr[0];
+      o[i][2] *= corr[1];
+      o[i][3] *= corr[1];
+    }
+    /* A tile where some row cannot see some key: 0 * NaN from V would leak into that row
+       on the tensor cores, so a tile holding a non-finite V takes an exact per-key path. */
+    bool slow = false;
+    if (CAUSAL && kbase + BC - 1 > q0) {
+      bool bad = false;
+      for (int i = threadIdx.x; i < BC * DP; i += THREADS) {
+        const int r = i / DP, c = i % DP;
+        if (kbase + r < Nk && c < Dv) bad |= (Vt[r * LD + c] & @EXP_MASK@) == @EXP_MASK@;
+      }
+      slow = __syncthreads_or(bad);
+    }
+    if (!slow) {
+#pragma unroll
+      for (int kk = 0; kk < BC / 16; ++kk) {
+        uint32_t pa[4] = {fusor_pack(s[2 * kk][0], s[2 * kk][1]), fusor_pack(s[2 * kk][2], s[2 * kk][3]),
+                          fusor_pack(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                          fusor_pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+        for (int dp = 0; dp < DP / 16; ++dp) {
+          uint32_t b[4];
+          fusor_ldsm4t(b, fusor_smem(Vt + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + dp * 16 +
+                                     (lane >> 4) * 8));
+          fusor_mma(o[2 * dp], pa, b[0], b[1]);
+          fusor_mma(o[2 * dp + 1], pa, b[2], b[3]);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int kn = 0; kn < BC; ++kn) {
+        const int src = (lane & ~3) | ((kn % 8) / 2);
+        const float p0 = __shfl_sync(0xffffffffu, s[kn / 8][kn % 2], src);
+        const float p1 = __shfl_sync(0xffffffffu, s[kn / 8][2 + kn % 2], src);
+        const int64_t key = kbase + kn;
+        const bool v0 = key < Nk && key <= row0, v1 = key < Nk && key <= row1;
+#pragma unroll
+        for (int i = 0; i < DP / 8; ++i)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float vv = @LOADV@(Vt[kn * LD + i * 8 + 2 * t + e]);
+            if (v0) o[i][e] += p0 * vv;
+            if (v1) o[i][2 + e] += p1 * vv;
+          }
+      }
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float l = l_r[h];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const int64_t row = h ? row1 : row0;
+    if (row >= M) continue;
+    /* a row that sees no key at all (Nk == 0) outputs zeros */
+    const int64_t visible = CAUSAL ? (row + 1 < Nk ? row + 1 : Nk) : Nk;
+    const float rf = @FACTOR@;
+#pragma unroll
+    for (int i = 0; i < DP / 8; ++i)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int64_t c = i * 8 + 2 * t + e;
+        if (c < Dv) O[row * Dv + c] = visible > 0 ? o[i][h * 2 + e] * rf : 0.0f;
+      }
+  }
+}
+
+)";
+
+constexpr std::string_view kAttentionEntry = R"(  if (D > 128 || Dv > 128) {
+    if (threadIdx.x == 0) *status = 3; /* head dims past this lane's registers */
+    return;
+  }
+  extern __shared__ uint4 fusor_smem_raw[];
+  const int64_t bh = blockIdx.y, b = bh / heads, h = bh % heads;
+  const int64_t kvh = b * kv_heads + h / (heads / kv_heads);
+  /* causal blocks further down see more keys: start those first */
+  const int64_t qb = CAUSAL ? (int64_t)gridDim.x - 1 - blockIdx.x : (int64_t)blockIdx.x;
+  const uint16_t* Q = (const uint16_t*)operands[0] + bh * M * D;
+  const uint16_t* Kp = (const uint16_t*)operands[1] + kvh * Nk * D;
+  const uint16_t* Vp = (const uint16_t*)operands[2] + kvh * Nk * Dv;
+  float* O = out + bh * M * Dv;
+  const bool vec = D % 8 == 0 && Dv % 8 == 0;
+  if (D <= 64 && Dv <= 64)
+    fusor_attention_block<64>(Q, Kp, Vp, O, M, Nk, D, Dv, qb * BR, (uint16_t*)fusor_smem_raw, vec);
+  else
+    fusor_attention_block<128>(Q, Kp, Vp, O, M, Nk, D, Dv, qb * BR, (uint16_t*)fusor_smem_raw, vec);
+}
+)";
+
+Expected<std::pair<std::string, LaunchSpec>> attention_kernel(const Region& region, const AttentionRegion& a,
+                                                              DType dtype, const EmitOptions& options,
+                                                              std::string_view lane) {
+  for (const auto& [key, value] : options.options)
+    return unsupported(RegionKind::attention, lane, "unknown option '" + key + "=" + value + "' (none are known)");
+  const auto& d = cuda_dialect();
+  const int smem = (kAttnBr + 4 * 64) * (kAttnMaxD + 8) * 2;
+  const LaunchSpec launch{LaunchSpec::Rule::attention, kAttnThreads, kAttnBr, 0, smem};
+  std::string body(kAttention);
+  replace_all(body, "@SCALE@", float_literal(a.scale()));
+  replace_all(body, "@EXP_DM@", codegen::render_row_norm_accumulate(d, RowNorm::softmax, "dm"));
+  replace_all(body, "@EXP_DD@", codegen::render_row_norm_accumulate(d, RowNorm::softmax, "dd"));
+  replace_all(body, "@FACTOR@", codegen::render_row_norm_factor(d, RowNorm::softmax, "l", "(float)visible", "0.0f"));
+  replace_all(body, "@EXP_MASK@", dtype == DType::bf16 ? "0x7f80" : "0x7c00"); // all-ones exponent: inf or NaN
+  replace_all(body, "@LOADV@", dtype == DType::bf16 ? "fusor_bf16" : "fusor_f16");
+  std::string s = std::string("constexpr bool CAUSAL = ") + (a.causal() ? "true" : "false") + ";\n" + body;
+  FUSOR_TRY_ASSIGN(std::string open, entry_open(region, options, kAttnThreads, lane));
+  s += open + std::string(kAttentionEntry);
+  return std::pair{s, launch};
+}
+
+std::string_view lane_of(DType dtype) { return dtype == DType::f16 ? kMmaF16Lane : kMmaBf16Lane; }
+
+} // namespace
+
+std::optional<std::string> mma_declines(const Region& region, DType dtype) {
+  const std::string lane(lane_of(dtype));
+  const DType storage = region_storage(region);
+  if (storage != dtype)
+    return lane + " runs " + std::string(dtype_name(dtype)) + " storage; the region stores " +
+           std::string(dtype_name(storage));
+  if (const auto* f = std::get_if<FusedRegion>(&region)) {
+    if (!f->prologue().empty()) return lane + " applies no prologue ops (cuda_simt does)";
+    if (f->reduction()) return lane + " applies no row reduction (cuda_simt does)";
+    if (f->a_layout() == Layout::col_major) return lane + " reads A row-major only";
+    return std::nullopt;
+  }
+  if (const auto* m = std::get_if<MatmulRegion>(&region))
+    return m->transpose_a() ? std::optional<std::string>(lane + " reads A row-major only") : std::nullopt;
+  if (const auto* a = std::get_if<AttentionRegion>(&region)) {
+    if (a->q_transposed() || a->k_transposed()) return lane + " reads Q and K in natural [rows, D] order only";
+    return std::nullopt;
+  }
+  if (std::holds_alternative<GatedMatmulRegion>(region)) return std::nullopt;
+  return lane + " covers fused, matmul, attention and gated regions";
+}
+
+Expected<KernelSource> emit_mma(const Region& region, const EmitOptions& options, DType dtype) {
+  const RegionKind kind = region_kind(region);
+  const std::string_view lane = lane_of(dtype);
+  if (dtype != DType::f16 && dtype != DType::bf16)
+    return unsupported(kind, lane, "tensor-core lanes take f16 or bf16 storage, not " + std::string(dtype_name(dtype)));
+  if (auto why = mma_declines(region, dtype)) return unsupported(kind, lane, *why);
+  const std::string key = codegen::shape_key(kind, options.spec, options.dims);
+  Expected<std::pair<std::string, LaunchSpec>> kernel = make_error(ErrorCode::internal, "no kernel");
+  if (const auto* f = std::get_if<FusedRegion>(&region))
+    kernel = gemm_kernel(region, {f->b_layout() == Layout::col_major, f->epilogue(), f->residual(), std::nullopt},
+                         dtype, options, lane);
+  else if (const auto* m = std::get_if<MatmulRegion>(&region))
+    kernel = gemm_kernel(region, {m->transpose_b(), {}, false, std::nullopt}, dtype, options, lane);
+  else if (const auto* g = std::get_if<GatedMatmulRegion>(&region))
+    kernel = gemm_kernel(region, {false, {}, false, g->gate_act()}, dtype, options, lane);
+  else if (const auto* a = std::get_if<AttentionRegion>(&region))
+    kernel = attention_kernel(region, *a, dtype, options, lane);
+  if (!kernel) return kernel.error();
+  std::string helpers(kMmaHelpers);
+  replace_all(helpers, "@T@", dtype == DType::f16 ? "f16" : "bf16");
+  std::string source = kernel_header(region, lane, key, kernel->second) + helpers + kernel->first;
+  return make_source(region, options, std::move(source), std::string(lane), key);
+}
+
+std::optional<std::string> mma_dims_decline(const KernelSource& source, const ProblemShape& shape) {
+  if (source.lane != kMmaF16Lane && source.lane != kMmaBf16Lane) return std::nullopt;
+  auto launch = parse_launch(source.source);
+  if (launch && launch->rule == LaunchSpec::Rule::attention && (shape.D > kAttnMaxD || shape.Dv > kAttnMaxD))
+    return source.lane + " handles attention head dims up to " + std::to_string(kAttnMaxD) + "; given D=" +
+           std::to_string(shape.D) + ", Dv=" + std::to_string(shape.Dv);
+  return std::nullopt;
+}
+
+} // namespace fusor::cuda

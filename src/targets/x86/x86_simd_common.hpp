@@ -1,0 +1,56 @@
+// Pieces shared by the AVX-512 lane's emitters (internal to src/targets/x86).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fusor/error.hpp"
+#include "fusor/ops.hpp"
+#include "fusor/region.hpp"
+
+namespace fusor::x86::simd {
+
+struct Tuning {
+  int mr = 14;  // rows of the register tile (accumulators: mr x 2 zmm)
+  int kc = 256; // K block: a packed B micro-panel (kc x 32 floats) stays in L1
+  int mc = 192; // target rows of a packed A block (L2)
+};
+
+Error unsupported(RegionKind kind, const std::string& reason);
+
+// C type and load expression of an operand stored in `dtype` (f32, f16, bf16).
+struct StorageLoad {
+  std::string type;
+  std::string wrap_open, wrap_close;
+  std::string load(const std::string& ptr, const std::string& idx) const {
+    return wrap_open + ptr + "[" + idx + "]" + wrap_close;
+  }
+};
+
+// The MR x 32 micro-kernel `fusor_ukr(kc, a, b, c)`: c[MR][32] = a^T b with a packed
+// [kc][MR] and b packed [kc][32]; accumulators live in zmm registers for the whole kc.
+std::string micro_kernel_source(int mr);
+
+// Statements normalising a row with the op table's four steps, vectorised: reads src[0..n),
+// writes dst[0..n) (they may alias), then optional per-feature `* gamma[j]` / `+ beta[j]`.
+std::string row_norm_simd(RowNorm norm, const std::string& src, const std::string& dst, const std::string& n,
+                          const std::string& eps, const std::string& gamma, const std::string& beta,
+                          const std::string& indent);
+
+struct GemmPlan {
+  bool a_trans = false, b_trans = false;
+  std::vector<Op> prologue, epilogue;
+  bool residual = false;
+  std::optional<RowNorm> reduction;
+  double eps = 0.0;
+  std::optional<Op> gate;
+};
+std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning& tuning);
+std::string attention_body(const AttentionRegion& region, const StorageLoad& ld, const Tuning& tuning);
+std::string norm_chain_body(const NormChainRegion& region);
+std::string pointwise_body(const PointwiseGraphRegion& region);
+std::string pointwise_reduce_body(const PointwiseReduceRegion& region);
+std::string pointwise_helpers();
+
+} // namespace fusor::x86::simd

@@ -1,0 +1,171 @@
+// The AVX-512 lane's emitter: the kernel's head (includes, storage and vector-math helpers,
+// micro-kernels), the ABI dims per spec policy, and the body of the region's kind.
+#include "targets/x86/x86_simd_emitter.hpp"
+
+#include <charconv>
+
+#include "codegen/abi.hpp"
+#include "codegen/c_renderer.hpp"
+#include "fusor/region_text.hpp"
+#include "fusor/toolchain.hpp"
+#include "targets/x86/x86_simd_common.hpp"
+
+namespace fusor::x86 {
+
+namespace simd {
+
+std::string attention_pv_source(); // x86_simd_attention.cpp
+
+Error unsupported(RegionKind kind, const std::string& reason) {
+  return make_error(ErrorCode::emit_unsupported, "region " + std::string(region_kind_name(kind)) + ", target x86, lane " +
+                                                     std::string(kAvx512Lane) + ": " + reason);
+}
+
+} // namespace simd
+
+namespace {
+
+using simd::unsupported;
+
+Expected<simd::StorageLoad> storage_load(DType dtype, RegionKind kind) {
+  switch (dtype) {
+  case DType::f32: return simd::StorageLoad{"float", "", ""};
+  case DType::f16: return simd::StorageLoad{"uint16_t", "fusor_f16(", ")"};
+  case DType::bf16: return simd::StorageLoad{"uint16_t", "fusor_bf16(", ")"};
+  case DType::fp8_e4m3:
+  case DType::fp8_e5m2: break;
+  }
+  return unsupported(kind, "storage " + std::string(dtype_name(dtype)) + " is not supported (f32, f16, bf16 are)");
+}
+
+Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string, std::string>& options) {
+  simd::Tuning t;
+  for (const auto& [key, value] : options) {
+    int v = 0;
+    const auto res = std::from_chars(value.data(), value.data() + value.size(), v);
+    const bool number = res.ec == std::errc{} && res.ptr == value.data() + value.size();
+    int* field = key == "mr" ? &t.mr : key == "kc" ? &t.kc : key == "mc" ? &t.mc : nullptr;
+    if (!field) return unsupported(kind, "unknown option '" + key + "=" + value + "' (options: mr, kc, mc)");
+    const int lo = key == "mr" ? 4 : (key == "kc" ? 16 : 1), hi = key == "mr" ? 14 : 1 << 16;
+    if (!number || v < lo || v > hi)
+      return unsupported(kind, "option " + key + "=" + value + " is outside " + std::to_string(lo) + ".." +
+                                   std::to_string(hi));
+    *field = v;
+  }
+  return t;
+}
+
+std::string dims_prologue(const Region& region, const EmitOptions& options) {
+  const RegionKind kind = region_kind(region);
+  const auto names = codegen::abi_dim_names(kind);
+  std::vector<std::int64_t> values;
+  if (options.spec != SpecPolicy::dynamic) values = codegen::abi_dim_values(kind, *options.dims);
+  std::string s;
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string name(names[i]), arg = "dims[" + std::to_string(i) + "]";
+    if (options.spec == SpecPolicy::static_dims) {
+      s += "  const int64_t " + name + " = " + std::to_string(values[i]) + "LL;\n";
+      s += "  if (" + arg + " != " + name + ") return 1;\n";
+    } else {
+      s += "  const int64_t " + name + " = " + arg + ";\n";
+      if (options.spec == SpecPolicy::bucket)
+        s += "  if (" + name + " > " + std::to_string(dim_bucket(values[i])) + ") return 1;\n";
+    }
+  }
+  return s;
+}
+
+std::string layouts_of(const Region& region) {
+  if (const auto* f = std::get_if<FusedRegion>(&region))
+    return "a=" + std::string(layout_name(f->a_layout())) + ",b=" + std::string(layout_name(f->b_layout()));
+  if (const auto* m = std::get_if<MatmulRegion>(&region))
+    return std::string("a=") + (m->transpose_a() ? "col_major" : "row_major") +
+           ",b=" + (m->transpose_b() ? "col_major" : "row_major");
+  if (const auto* a = std::get_if<AttentionRegion>(&region))
+    return std::string("q=") + (a->q_transposed() ? "transposed" : "natural") +
+           ",k=" + (a->k_transposed() ? "transposed" : "natural");
+  return "row_major";
+}
+
+// Helpers every kernel of the lane may use: 64-byte aligned allocation, integer helpers.
+const char* kCommonHelpers = R"(static inline int64_t fusor_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+static inline void* fusor_alloc(size_t bytes) {
+  return aligned_alloc(64, bytes == 0 ? 64 : (bytes + 63) / 64 * 64);
+}
+
+)";
+
+} // namespace
+
+std::optional<std::string> simd_declines(const Region& region) {
+  if (!host_has_avx512())
+    return std::string("the host lacks AVX-512 (avx512f/bw/vl/dq); the portable x86_c lane serves it");
+  const DType d = region_storage(region);
+  if (d == DType::fp8_e4m3 || d == DType::fp8_e5m2)
+    return std::string("fp8 storage is not supported by the x86_avx512 lane");
+  return std::nullopt;
+}
+
+Expected<KernelSource> emit_simd(const Region& region, const EmitOptions& options) {
+  const RegionKind kind = region_kind(region);
+  if (!host_has_avx512()) return unsupported(kind, "the host lacks AVX-512 (avx512f/bw/vl/dq)");
+  FUSOR_TRY_ASSIGN(const simd::Tuning tuning, parse_tuning(kind, options.options));
+  FUSOR_TRY_ASSIGN(const simd::StorageLoad ld, storage_load(region_storage(region), kind));
+  if (options.spec != SpecPolicy::dynamic && !options.dims)
+    return unsupported(kind, "spec " + std::string(spec_policy_name(options.spec)) + " needs dims (--dims)");
+  const std::string key = codegen::shape_key(kind, options.spec, options.dims);
+
+  const bool gemm_kind = kind == RegionKind::fused || kind == RegionKind::matmul || kind == RegionKind::gated;
+  std::string body;
+  if (const auto* f = std::get_if<FusedRegion>(&region)) {
+    body = simd::gemm_body({f->a_layout() == Layout::col_major, f->b_layout() == Layout::col_major, f->prologue(),
+                            f->epilogue(), f->residual(), f->reduction(), f->eps(), std::nullopt},
+                           ld, tuning);
+  } else if (const auto* m = std::get_if<MatmulRegion>(&region)) {
+    body = simd::gemm_body({m->transpose_a(), m->transpose_b(), {}, {}, false, std::nullopt, 0.0, std::nullopt}, ld,
+                           tuning);
+  } else if (const auto* g = std::get_if<GatedMatmulRegion>(&region)) {
+    body = simd::gemm_body({false, false, {}, {}, false, std::nullopt, 0.0, g->gate_act()}, ld, tuning);
+  } else if (const auto* a = std::get_if<AttentionRegion>(&region)) {
+    body = simd::attention_body(*a, ld, tuning);
+  } else if (const auto* p = std::get_if<PointwiseGraphRegion>(&region)) {
+    body = simd::pointwise_body(*p);
+  } else if (const auto* pr = std::get_if<PointwiseReduceRegion>(&region)) {
+    body = simd::pointwise_reduce_body(*pr);
+  } else if (const auto* n = std::get_if<NormChainRegion>(&region)) {
+    body = simd::norm_chain_body(*n);
+  }
+
+  std::string head = "/* fusor kernel | region: " + print_region(region) + " | lane: " + std::string(kAvx512Lane) +
+                     " | spec: " + key + " */\n";
+  head += "#include <immintrin.h>\n#include <math.h>\n#include <stdint.h>\n#include <stdlib.h>\n#include <string.h>\n";
+  head += "#ifdef _OPENMP\n#include <omp.h>\n#endif\n\n";
+  head += codegen::render_storage_helpers(codegen::c99_simd_dialect());
+  head += codegen::render_vector_math_helpers(codegen::c99_simd_dialect()) + "\n";
+  head += kCommonHelpers;
+  if (gemm_kind || kind == RegionKind::attention) head += simd::micro_kernel_source(tuning.mr);
+  if (kind == RegionKind::attention) head += simd::attention_pv_source();
+  if (kind == RegionKind::pointwise || kind == RegionKind::pointwise_reduce) head += simd::pointwise_helpers();
+
+  KernelSource src;
+  src.source = head +
+               "int fusor_kernel(const void* const* operands, float* restrict out, const int64_t* dims) {\n" +
+               dims_prologue(region, options) + body + "}\n";
+  src.entry = "fusor_kernel";
+  src.lang = "c";
+  src.spec = options.spec;
+  src.shape_key = key;
+  if (options.spec != SpecPolicy::dynamic) {
+    src.spec_dims = codegen::abi_dim_values(kind, *options.dims);
+    if (options.spec == SpecPolicy::bucket)
+      for (auto& d : src.spec_dims) d = dim_bucket(d);
+  }
+  src.layouts = layouts_of(region);
+  src.dtype = region_storage(region);
+  src.target = "x86";
+  src.lane = std::string(kAvx512Lane);
+  src.region_text = print_region(region);
+  return src;
+}
+
+} // namespace fusor::x86

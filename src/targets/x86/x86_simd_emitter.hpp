@@ -1,0 +1,24 @@
+// The x86 AVX-512 lane: register-blocked micro-kernels with packed panels for GEMM-rooted
+// regions, flash-style attention, and `omp simd` streaming loops for pointwise and norm
+// kinds. Every formula comes from the op table through the renderer's SIMD dialect.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "fusor/error.hpp"
+#include "fusor/kernel.hpp"
+#include "fusor/region.hpp"
+
+namespace fusor::x86 {
+
+inline constexpr std::string_view kAvx512Lane = "x86_avx512";
+
+// Why the AVX-512 lane cannot run `region` on this host (nullopt: it applies).
+std::optional<std::string> simd_declines(const Region& region);
+
+// Options (all optional, for tuning): "mr" rows of the micro-tile (4..14), "kc" the K block,
+// "mc" the target rows of a packed A block. Any other key is rejected.
+Expected<KernelSource> emit_simd(const Region& region, const EmitOptions& options);
+
+} // namespace fusor::x86

@@ -13,6 +13,7 @@
 #include "fusor/operand_gen.hpp"
 #include "fusor/reference.hpp"
 #include "fusor/region_text.hpp"
+#include "support/compare.hpp"
 
 namespace fs = std::filesystem;
 using namespace fusor;
@@ -35,6 +36,7 @@ std::string slurp(const fs::path& p) {
 class Cli : public ::testing::Test {
 protected:
   void SetUp() override {
+    fusor::testing::use_test_cache(); // children inherit it: no test writes to ~/.cache
     dir_ = fs::temp_directory_path() / ("fusor_test_cli_" + std::to_string(::getpid()) + "_" +
                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::create_directories(dir_);
@@ -300,14 +302,129 @@ TEST_F(Cli, RunFileOnUserArrays) {
   EXPECT_NE(no_inputs.err.find("--in x gamma beta"), std::string::npos) << no_inputs.err;
 }
 
-TEST_F(Cli, RunReservedTargetsNotBuilt) {
-  for (const char* target : {"x86", "cuda", "auto"}) {
-    const Result r = fusor(std::string("run --target ") + target);
-    EXPECT_EQ(r.code, 2) << target;
-    EXPECT_NE(r.err.find("not built"), std::string::npos) << r.err;
-    EXPECT_TRUE(r.out.empty()) << r.out;
-  }
+TEST_F(Cli, RunUnknownTargetIsAUsageError) {
+  const Result r = fusor("run --target tpu");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("unknown target 'tpu'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("x86"), std::string::npos) << "lists the targets: " << r.err;
   const Result stray = fusor("run --in a.npy");
   EXPECT_EQ(stray.code, 2);
   EXPECT_NE(stray.err.find("need a region FILE"), std::string::npos) << stray.err;
+}
+
+// ---- native lanes through the CLI (child processes: a bad kernel or operand never takes
+// the caller down) -----------------------------------------------------------------------
+
+class CliLanes : public Cli {
+protected:
+  static Result run(const std::string& cmd, const fs::path& err) {
+    Result r;
+    FILE* pipe = ::popen(cmd.c_str(), "r");
+    if (pipe == nullptr) return r;
+    char buf[4096];
+    for (size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) r.out.append(buf, n);
+    const int status = ::pclose(pipe);
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.err = slurp(err);
+    return r;
+  }
+  Result fusor_env(const std::string& args) const {
+    const fs::path err = dir_ / "stderr.txt";
+    const std::string cmd = "cd '" + dir_.string() + "' && FUSOR_CACHE_DIR='" + (dir_ / "cache").string() +
+                            "' FUSOR_CORPUS='" + (dir_ / "corpus.json").string() + "' '" FUSOR_BIN "' " + args +
+                            " 2>'" + err.string() + "'";
+    return run(cmd, err);
+  }
+};
+
+TEST_F(CliLanes, RunOnX86PrintsLaneAndMatchesReference) {
+  const Region region = parse_region("fused { epilogue = [bias, gelu] }").value();
+  ProblemShape dims;
+  dims.M = 17, dims.N = 13, dims.K = 31;
+  const auto ops = make_operands(region, dims, 1, 0.5);
+  write_text("r.region", "fused { epilogue = [bias, gelu] }\n");
+  const auto r = fusor_env("run r.region --target x86 --in" + write_operands(ops) + " --out y.npy");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("lane=x86_", 0), 0u) << r.out;
+  EXPECT_NE(r.out.find("time_ms="), std::string::npos);
+  auto y = read_npy(dir_ / "y.npy");
+  ASSERT_TRUE(y.ok());
+  const Tensor ref = evaluate_reference(region, ops).value();
+  ASSERT_EQ(y->data.size(), ref.data.size());
+  for (size_t i = 0; i < ref.data.size(); ++i) EXPECT_NEAR(y->data[i], ref.data[i], 1e-3);
+}
+
+TEST_F(CliLanes, MissingBiasOnX86IsACleanErrorInTheChild) {
+  const Region region = parse_region("fused { epilogue = [bias, relu]; residual = true }").value();
+  ProblemShape dims;
+  dims.M = 8, dims.N = 16, dims.K = 12;
+  auto ops = make_operands(region, dims, 2, 0.2);
+  ops.resize(2); // A and B only
+  write_text("r.region", "fused { epilogue = [bias, relu]; residual = true }\n");
+  for (const char* target : {"x86", "auto"}) {
+    const auto r = fusor_env(std::string("run r.region --target ") + target + " --in" + write_operands(ops));
+    EXPECT_EQ(r.code, 2) << "exit 2, not a signal: " << r.err;
+    EXPECT_NE(r.err.find("E_FUSED_EPILOGUE_MISSING_OPERAND"), std::string::npos) << r.err;
+  }
+}
+
+TEST_F(CliLanes, ForcingAnUnknownLaneListsTheRegisteredOnes) {
+  write_text("r.region", "matmul { }\n");
+  const auto r = fusor_env("explain r.region --dims 8,8,8 --force nonexistent");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("E_ARBITER_FORCED_UNKNOWN"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("x86_c"), std::string::npos) << "names the registered candidates: " << r.err;
+}
+
+TEST_F(CliLanes, ExplainPrintsEveryCandidateAndTheWinner) {
+  write_text("r.region", "norm_chain { norm = layer_norm; weight = true }\n");
+  const auto r = fusor_env("explain r.region --dims 16,64 --target x86");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("candidate"), std::string::npos);
+  EXPECT_NE(r.out.find("x86_c"), std::string::npos);
+  EXPECT_NE(r.out.find("winner: "), std::string::npos) << r.out;
+}
+
+TEST_F(CliLanes, EmitOpensWithRegionLaneAndSpec) {
+  write_text("r.region", "attention { causal = true }\n");
+  const auto r = fusor_env("emit r.region --target x86 --spec bucket --dims 17,29,16");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("/* fusor kernel | region: attention {", 0), 0u) << r.out.substr(0, 200);
+  EXPECT_NE(r.out.find("spec: bucket:batch<=1,heads<=1,kv_heads<=1,M<=32,Nk<=32,D<=16,Dv<=16"), std::string::npos)
+      << r.out.substr(0, 300);
+  EXPECT_EQ(fusor_env("emit r.region --target x86 --spec static").code, 2) << "static needs --dims";
+}
+
+TEST_F(CliLanes, VerifyBringYourOwnKernel) {
+  write_text("r.region", "pointwise { inputs = [x, y]; t0 = mul(x, y); t1 = relu(t0); output = t1 }\n");
+  // Correct: out = relu(x*y) over the contiguous case and the broadcast strides of the ABI.
+  const std::string body =
+      "#include <stdint.h>\n"
+      "static int64_t at(int64_t i, int64_t rank, const int64_t* shape, const int64_t* st) {\n"
+      "  int64_t idx = 0;\n"
+      "  for (int64_t d = rank - 1; d >= 0; --d) { idx += (i % shape[d]) * st[d]; i /= shape[d]; }\n"
+      "  return idx;\n}\n"
+      "int fusor_kernel(const void* const* ops, float* out, const int64_t* dims) {\n"
+      "  const float* x = ops[0]; const float* y = ops[1];\n"
+      "  const int64_t total = dims[0], rank = dims[1]; const int64_t* shape = dims + 2;\n"
+      "  for (int64_t i = 0; i < total; ++i) {\n"
+      "    float v = x[at(i, rank, shape, shape + rank)] * y[at(i, rank, shape, shape + 2 * rank)];\n"
+      "    out[i] = BODY;\n  }\n  return 0;\n}\n";
+  auto with = [&](const std::string& expr) {
+    std::string s = body;
+    s.replace(s.find("BODY"), 4, expr);
+    return s;
+  };
+  write_text("good.c", with("(v < 0.0f ? 0.0f : v)"));
+  write_text("nan_dropping.c", with("(v > 0.0f ? v : 0.0f)")); // relu(NaN) must stay NaN
+  write_text("crashing.c", with("(*(volatile float*)0)"));
+  const auto good = fusor_env("verify r.region --target x86 --kernel good.c");
+  EXPECT_EQ(good.code, 0) << good.out << good.err;
+  EXPECT_NE(good.out.find("verdict: verified"), std::string::npos);
+  const auto wrong = fusor_env("verify r.region --target x86 --kernel nan_dropping.c");
+  EXPECT_EQ(wrong.code, 1) << wrong.out << wrong.err;
+  EXPECT_NE(wrong.out.find("family special"), std::string::npos) << wrong.out;
+  const auto crash = fusor_env("verify r.region --target x86 --kernel crashing.c");
+  EXPECT_EQ(crash.code, 1) << crash.out << crash.err;
+  EXPECT_NE(crash.out.find("SIGSEGV"), std::string::npos) << crash.out;
 }

@@ -90,6 +90,10 @@ struct PrintOptions {
   // Constants with more elements print as `= elided(N)`, which does not parse back.
   std::int64_t max_inline = std::int64_t{1} << 40;
 };
+// The deterministic N(0,1)·scale values of `normal(seed=, scale=)` constants (splitmix64 +
+// Box–Muller); also the default inputs of `fusor run`.
+std::vector<float> normal_values(std::int64_t n, std::uint64_t seed, double scale);
+
 std::string print_graph(const Graph& graph, const PrintOptions& options = {});
 Expected<Graph> parse_graph(std::string_view text);
 Expected<Graph> load_graph_file(const std::filesystem::path& path);

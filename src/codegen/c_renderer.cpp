@@ -82,7 +82,8 @@ std::string render_vector_math_helpers(const CDialect& dialect) {
          "  q = q * s - 3.33332819422e-1f;\n"
          "  const float small = q * s * x + x;\n"
          "  const float big = 1.0f - 2.0f / (fusor_expf(2.0f * ax) + 1.0f);\n"
-         "  return ax < 0.625f ? small : (x < 0.0f ? -big : big);\n"
+         "  const float y = ax < 0.625f ? small : (x < 0.0f ? -big : big);\n"
+         "  return x == 0.0f ? x : y; /* keeps the sign of zero */\n"
          "}\n"
          "/* erf: odd polynomial below |x| = 1; above, Abramowitz & Stegun 7.1.26 (|err| <= 1.5e-7). */\n" +
          p +

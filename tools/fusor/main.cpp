@@ -21,6 +21,8 @@ int main(int argc, char** argv) {
       add_ref_command(app),
       add_run_command(app),
       add_cache_command(app),
+      add_regions_command(app),
+      add_check_onnx_command(app),
       add_emit_command(app),
       add_verify_command(app),
       add_explain_command(app),

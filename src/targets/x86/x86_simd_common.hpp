@@ -13,8 +13,8 @@ namespace fusor::x86::simd {
 
 struct Tuning {
   int mr = 14;  // rows of the register tile (accumulators: mr x 2 zmm)
-  int kc = 256; // K block: a packed B micro-panel (kc x 32 floats) stays in L1
-  int mc = 192; // target rows of a packed A block (L2)
+  int kc = 1024; // largest K block (K is split into even blocks no larger)
+  int mc = 96;   // target rows of a packed A block (L2)
 };
 
 Error unsupported(RegionKind kind, const std::string& reason);

@@ -57,7 +57,10 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
   if (plan.residual)
     s += "  const " + T + "* restrict res = (const " + T + "*)operands[" + std::to_string(next++) + "];\n";
   s += "  if (M == 0 || N == 0) return 0;\n";
-  s += "  const int64_t KC = " + std::to_string(tuning.kc) + ", MCT = " + std::to_string(tuning.mc) + ";\n";
+  // K blocks of at most `kc`, evenly sized: fewer blocks mean fewer partial-sum merges
+  // through `out`, and a micro-panel streamed from L2 costs the micro-kernel little.
+  s += "  const int64_t KCM = " + std::to_string(tuning.kc) + ", MCT = " + std::to_string(tuning.mc) + ";\n";
+  s += "  const int64_t KC = K <= KCM ? (K > 0 ? K : 1) : fusor_cdiv(K, fusor_cdiv(K, KCM));\n";
   s += "  const int64_t np = fusor_cdiv(N, " + CW + ");\n";
   s += "  const int64_t kcap = K < KC ? (K > 0 ? K : 1) : KC;\n";
   s += "  float* restrict bp = (float*)fusor_alloc(sizeof(float) * (size_t)np * (size_t)kcap * 32);\n";

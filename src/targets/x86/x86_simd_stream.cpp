@@ -89,13 +89,14 @@ std::string pointwise_setup(size_t n_inputs, const std::string& dims_base) {
   std::string s;
   s += "  const int64_t rank = dims[" + dims_base + "];\n";
   s += "  const int64_t* shape = dims + " + dims_base + " + 1;\n";
-  s += "  int contiguous = 1;\n";
+  s += "  int contiguous = 1, rowwise = rank > 0;\n";
   for (size_t i = 0; i < n_inputs; ++i) {
     const std::string n = std::to_string(i);
     s += "  const float* restrict x" + n + " = (const float*)operands[" + n + "];\n";
     s += "  const int64_t* st" + n + " = shape + rank * " + std::to_string(i + 1) + ";\n";
     s += "  const int mode" + n + " = fusor_bcast_mode(rank, shape, st" + n + ");\n";
     s += "  contiguous = contiguous && mode" + n + " == 0;\n";
+    s += "  rowwise = rowwise && (mode" + n + " == 0 || fusor_row_bcast(rank, shape, st" + n + "));\n";
   }
   return s;
 }
@@ -121,7 +122,12 @@ std::string pointwise_helpers() {
          "static inline int64_t fusor_bcast_index(int64_t i, int64_t rank, const int64_t* shape, const int64_t* st) {\n"
          "  int64_t idx = 0;\n"
          "  for (int64_t d = rank - 1; d >= 0; --d) { idx += (i % shape[d]) * st[d]; i /= shape[d]; }\n"
-         "  return idx;\n}\n\n";
+         "  return idx;\n}\n"
+         "/* Whether an input repeats one contiguous last-axis row (a bias-like [n] operand). */\n"
+         "static int fusor_row_bcast(int64_t rank, const int64_t* shape, const int64_t* st) {\n"
+         "  if (rank == 0 || st[rank - 1] != 1) return 0;\n"
+         "  for (int64_t d = 0; d + 1 < rank; ++d)\n    if (shape[d] != 1 && st[d] != 0) return 0;\n"
+         "  return 1;\n}\n\n";
 }
 
 std::string pointwise_body(const PointwiseGraphRegion& r) {
@@ -133,6 +139,20 @@ std::string pointwise_body(const PointwiseGraphRegion& r) {
   s += "    for (int64_t i = 0; i < total; ++i) {\n";
   s += codegen::render_dag(d, r.graph(), [](int in) { return load_contiguous(in, "i"); }, "v", "      ");
   s += "      out[i] = v;\n    }\n    return 0;\n  }\n";
+  // Inputs that are contiguous or repeat the last-axis row: rows of unit-stride vector loops.
+  s += "  if (rowwise) {\n";
+  s += "    const int64_t inner = shape[rank - 1], outer = inner > 0 ? total / inner : 0;\n";
+  s += "    #pragma omp parallel for schedule(static)\n";
+  s += "    for (int64_t o = 0; o < outer; ++o) {\n";
+  for (size_t i = 0; i < r.graph().input_names().size(); ++i) {
+    const std::string n = std::to_string(i);
+    s += "      const float* restrict r" + n + " = x" + n + " + (mode" + n + " == 0 ? o * inner : 0);\n";
+  }
+  s += "      float* restrict orow = out + o * inner;\n";
+  s += "      #pragma omp simd\n";
+  s += "      for (int64_t j = 0; j < inner; ++j) {\n";
+  s += codegen::render_dag(d, r.graph(), [](int in) { return "r" + std::to_string(in) + "[j]"; }, "v", "        ");
+  s += "        orow[j] = v;\n      }\n    }\n    return 0;\n  }\n";
   s += "  #pragma omp parallel for schedule(static)\n";
   s += "  for (int64_t i = 0; i < total; ++i) {\n";
   s += codegen::render_dag(d, r.graph(), [](int in) { return load_broadcast(in, "i"); }, "v", "    ");
@@ -143,6 +163,7 @@ std::string pointwise_body(const PointwiseGraphRegion& r) {
 std::string pointwise_reduce_body(const PointwiseReduceRegion& r) {
   const auto& d = c99_simd_dialect();
   std::string s = pointwise_setup(r.graph().input_names().size(), "2");
+  s += "  (void)rowwise;\n";
   const std::string init = codegen::render_reduce_init(d, r.reduce());
   s += "  #pragma omp parallel for schedule(static)\n";
   s += "  for (int64_t row = 0; row < rows; ++row) {\n";

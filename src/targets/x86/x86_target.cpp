@@ -4,6 +4,7 @@
 
 #include "fusor/toolchain.hpp"
 #include "targets/x86/x86_emitter.hpp"
+#include "targets/x86/x86_onednn.hpp"
 #include "targets/x86/x86_simd_emitter.hpp"
 
 namespace fusor::x86 {
@@ -37,6 +38,10 @@ void register_target(Registry& registry) {
   for (auto kind : {RegionKind::fused, RegionKind::matmul, RegionKind::attention, RegionKind::gated,
                     RegionKind::pointwise, RegionKind::pointwise_reduce, RegionKind::norm_chain})
     registry.add_candidate(Candidate{std::string(kAvx512Lane), "x86", kind, 2, simd_declines, emit_simd});
+#ifdef FUSOR_HAVE_DNNL // set by CMake when oneDNN's headers and library are found
+  // Tier 3: oneDNN matmul + post-ops, for the fused patterns it computes exactly.
+  registry.add_candidate(Candidate{std::string(kOneDnnLane), "x86", RegionKind::fused, 3, onednn_declines, emit_onednn});
+#endif
 }
 
 } // namespace fusor::x86

@@ -1,0 +1,645 @@
+// fusor-bench: fusor's x86_avx512 lane against the CPU peers of shared/PEERS.md, in one run,
+// on the same inputs: warm-up, then the median of interleaved repetitions of each contender.
+// fusor is timed on the kernel call alone (operands already packed into their ABI buffers);
+// each peer on its equivalent calls. `fusor bench` execs this program.
+//
+//   fusor-bench SUITE [--filter TEXT] [--json] [--save FILE] [--min-ms MS]
+//   SUITE: gemm | gated | attention | norm | all
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include <nlohmann/json.hpp>
+
+#include "codegen/abi.hpp"
+#include "fusor/operand_gen.hpp"
+#include "fusor/oracle.hpp"
+#include "fusor/reference.hpp"
+#include "fusor/region_text.hpp"
+#include "fusor/target.hpp"
+#include "fusor/toolchain.hpp"
+
+#ifdef FUSOR_BENCH_ONEDNN
+#include <oneapi/dnnl/dnnl.hpp>
+#endif
+#ifdef FUSOR_BENCH_OPENBLAS
+#include <cblas.h>
+#endif
+
+namespace fusor::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using KernelFn = int (*)(const void* const*, float*, const std::int64_t*);
+using json = nlohmann::json;
+
+[[noreturn]] void die(const std::string& what) {
+  std::fprintf(stderr, "fusor-bench: %s\n", what.c_str());
+  std::exit(2);
+}
+
+template <class T> T must(Expected<T> e, const std::string& what) {
+  if (!e) die(what + ": " + e.error().str());
+  return std::move(*e);
+}
+
+Region parse(const std::string& text) { return must(parse_region(text), text); }
+
+const Target& x86() {
+  const Target* t = builtin_registry().target("x86");
+  if (!t) die("no x86 target");
+  return *t;
+}
+
+const Candidate& avx512(RegionKind kind) {
+  for (const Candidate* c : builtin_registry().candidates("x86", kind))
+    if (c->name == "x86_avx512") {
+      Region probe = parse("fused { epilogue = [relu] }");
+      if (auto why = c->declines(probe)) die("the x86_avx512 lane declines on this host: " + *why);
+      return *c;
+    }
+  die("x86_avx512 lane not registered");
+}
+
+// A compiled, oracle-verified kernel of the lane, ready to call on prepared buffers.
+struct Kernel {
+  KernelFn fn = nullptr;
+  std::vector<std::string> bytes;
+  std::vector<const void*> ptrs;
+  std::vector<std::int64_t> dims;
+  Tensor out;
+  bool verified = false;
+  std::string lane;
+  std::vector<SharedLibrary> keep;
+
+  int call() { return fn(ptrs.data(), out.data.data(), dims.data()); }
+};
+
+// Lane knobs (--knob mr=12 ...) for tuning runs; empty for the recorded results.
+std::map<std::string, std::string>& knobs() {
+  static std::map<std::string, std::string> k;
+  return k;
+}
+
+Kernel make_kernel(const Region& region, const std::vector<Tensor>& operands, bool verify_it = true) {
+  const Candidate& c = avx512(region_kind(region));
+  EmitOptions options;
+  const RegionKind kind = region_kind(region);
+  if (kind == RegionKind::fused || kind == RegionKind::gated || kind == RegionKind::attention) options.options = knobs();
+  KernelSource src = must(c.emit(region, options), "emit " + print_region(region));
+  Artifact art = must(x86().compile(src), "compile " + print_region(region));
+  Kernel k;
+  k.lane = src.lane;
+  if (verify_it) {
+    const VerifyReport rep = must(ensure_verified(x86(), region, art), "verify " + print_region(region));
+    if (!rep.verified) die("the oracle rejected " + print_region(region) + ": " + rep.summary());
+    k.verified = true;
+  }
+  codegen::PreparedCall call = must(codegen::prepare_call(region, operands), "operands");
+  k.bytes = std::move(call.operand_bytes);
+  for (const auto& b : k.bytes) k.ptrs.push_back(b.data());
+  k.dims = call.dims;
+  k.out = Tensor(call.shape.output);
+  SharedLibrary lib = must(SharedLibrary::load(art.path), "load");
+  k.fn = reinterpret_cast<KernelFn>(must(lib.symbol(src.entry), "symbol"));
+  k.keep.push_back(std::move(lib));
+  return k;
+}
+
+// Medians of interleaved timings: every repetition runs each contender once, in turn.
+std::vector<double> time_interleaved(const std::vector<std::function<void()>>& fns, double min_ms) {
+  for (int w = 0; w < 2; ++w)
+    for (const auto& f : fns) f();
+  std::vector<std::vector<double>> ms(fns.size());
+  const auto start = Clock::now();
+  for (int rep = 0; rep < 200; ++rep) {
+    for (size_t i = 0; i < fns.size(); ++i) {
+      const auto t0 = Clock::now();
+      fns[i]();
+      ms[i].push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    }
+    const double spent = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+    if (rep >= 6 && spent > min_ms) break;
+  }
+  std::vector<double> med;
+  for (auto& v : ms) {
+    std::sort(v.begin(), v.end());
+    med.push_back(v[v.size() / 2]);
+  }
+  return med;
+}
+
+double max_abs_err(const float* got, const Tensor& ref) {
+  double e = 0;
+  for (size_t i = 0; i < ref.data.size(); ++i) {
+    const double d = std::fabs(static_cast<double>(got[i]) - ref.data[i]);
+    if (std::isnan(d)) return INFINITY;
+    e = std::max(e, d);
+  }
+  return e;
+}
+
+// First `rows` rows of a row-major [rows_total, ...] tensor.
+Tensor leading_rows(const Tensor& t, std::int64_t rows) {
+  Shape s = t.shape;
+  const std::int64_t per = t.numel() / s[0];
+  s[0] = rows;
+  return Tensor(s, std::vector<float>(t.data.begin(), t.data.begin() + rows * per));
+}
+
+struct Result {
+  std::string name, shape;
+  double fusor_ms = 0;
+  std::map<std::string, double> peer_ms;
+  double work = 0; // FLOPs or bytes
+  bool bandwidth = false;
+  double err = 0;
+  std::string err_note;
+  bool verified = false;
+  std::string peer_note;
+};
+
+struct Options {
+  std::string suite, filter, save;
+  bool json_lines = false;
+  double min_ms = 1500;
+};
+
+#ifdef FUSOR_BENCH_ONEDNN
+dnnl::engine& engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+dnnl::stream& stream() {
+  static dnnl::stream s(engine());
+  return s;
+}
+using dt = dnnl::memory::data_type;
+using tag = dnnl::memory::format_tag;
+dnnl::memory mem(const dnnl::memory::dims& d, tag t, const void* p) {
+  return dnnl::memory({d, dt::f32, t}, engine(), const_cast<void*>(p));
+}
+#endif
+
+// The epilogue pass of the "BLAS + separate epilogue" peers: a pointwise kernel of fusor's
+// own lane (same op table, same vector math) over the GEMM's output.
+struct EpiloguePass {
+  Kernel k;
+  std::vector<float>* c = nullptr;
+  void run() {
+    k.ptrs[0] = c->data();
+    k.call();
+  }
+};
+
+// ---- GEMM + bias + epilogue ----------------------------------------------------------
+Result bench_fused(const std::string& name, std::int64_t M, std::int64_t N, std::int64_t K, bool residual,
+                   const Options& opt) {
+  const std::string text = residual ? "fused { epilogue = [bias]; residual = true }" : "fused { epilogue = [bias, gelu] }";
+  const Region region = parse(text);
+  ProblemShape dims;
+  dims.M = M, dims.N = N, dims.K = K;
+  const auto operands = make_operands(region, dims, 7, 0.5);
+  Kernel k = make_kernel(region, operands);
+  Result r;
+  r.name = name;
+  r.shape = std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K);
+  r.work = 2.0 * M * N * K;
+  r.verified = k.verified;
+  k.call();
+  // The oracle's error on the bench inputs: the reference on the first rows (rows of a
+  // fused GEMM are independent; the double reference at 2048^3 in full would take seconds).
+  const std::int64_t rows = std::min<std::int64_t>(M, 64);
+  std::vector<Tensor> sub{leading_rows(operands[0], rows), operands[1], operands[2]};
+  if (residual) sub.push_back(leading_rows(operands[3], rows));
+  const Tensor ref = must(evaluate_reference(region, sub), "reference");
+  r.err = max_abs_err(k.out.data.data(), ref);
+  r.err_note = "first " + std::to_string(rows) + " rows";
+
+  std::vector<std::function<void()>> fns{[&] { k.call(); }};
+  std::vector<std::string> names;
+  const float* A = operands[0].data.data();
+  const float* B = operands[1].data.data();
+  const float* bias = operands[2].data.data();
+  const float* res = residual ? operands[3].data.data() : nullptr;
+#ifdef FUSOR_BENCH_ONEDNN
+  std::vector<float> c1(static_cast<size_t>(M * N));
+  using namespace dnnl;
+  post_ops po;
+  if (residual)
+    po.append_binary(algorithm::binary_add, {{M, N}, dt::f32, tag::ab});
+  else
+    po.append_eltwise(1.f, algorithm::eltwise_gelu_tanh, 0.f, 0.f);
+  primitive_attr attr;
+  attr.set_post_ops(po);
+  matmul::primitive_desc pd(
+      matmul::desc({{M, K}, dt::f32, tag::ab}, {{K, N}, dt::f32, tag::ab}, {{1, N}, dt::f32, tag::ab},
+                   {{M, N}, dt::f32, tag::ab}),
+      attr, engine());
+  matmul mm(pd);
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, mem({M, K}, tag::ab, A)},
+                                       {DNNL_ARG_WEIGHTS, mem({K, N}, tag::ab, B)},
+                                       {DNNL_ARG_BIAS, mem({1, N}, tag::ab, bias)},
+                                       {DNNL_ARG_DST, mem({M, N}, tag::ab, c1.data())}};
+  if (residual) args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, mem({M, N}, tag::ab, res));
+  r.peer_note += std::string("onednn impl: ") + pd.impl_info_str() + "; ";
+  fns.push_back([&] {
+    mm.execute(stream(), args);
+    stream().wait();
+  });
+  names.push_back("onednn");
+#endif
+#ifdef FUSOR_BENCH_OPENBLAS
+  std::vector<float> c2(static_cast<size_t>(M * N));
+  const std::string epi_text = residual ? "pointwise { inputs = [c, b, r]; t0 = add(c, b); t1 = add(t0, r); output = t1 }"
+                                        : "pointwise { inputs = [c, b]; t0 = add(c, b); t1 = gelu(t0); output = t1 }";
+  const Region epi = parse(epi_text);
+  std::vector<Tensor> epi_ops{Tensor({M, N}), Tensor({N}, operands[2].data)};
+  if (residual) epi_ops.push_back(operands[3]);
+  EpiloguePass pass{make_kernel(epi, epi_ops), &c2};
+  fns.push_back([&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(M), static_cast<int>(N),
+                static_cast<int>(K), 1.0f, A, static_cast<int>(K), B, static_cast<int>(N), 0.0f, c2.data(),
+                static_cast<int>(N));
+    pass.run();
+  });
+  names.push_back("openblas");
+#endif
+  const auto med = time_interleaved(fns, opt.min_ms);
+  r.fusor_ms = med[0];
+  for (size_t i = 0; i < names.size(); ++i) r.peer_ms[names[i]] = med[i + 1];
+  return r;
+}
+
+// ---- gated (SwiGLU) -------------------------------------------------------------------
+Result bench_gated(std::int64_t M, std::int64_t K, std::int64_t H, const Options& opt) {
+  const Region region = parse("gated { gate_act = silu }");
+  ProblemShape dims;
+  dims.M = M, dims.N = H, dims.K = K;
+  const auto operands = make_operands(region, dims, 9, 0.5);
+  Kernel k = make_kernel(region, operands);
+  Result r;
+  r.name = "gated_silu_" + std::to_string(M) + "x" + std::to_string(K) + "x" + std::to_string(H);
+  r.shape = std::to_string(M) + "x" + std::to_string(K) + "->" + std::to_string(H);
+  r.work = 4.0 * M * H * K;
+  r.verified = k.verified;
+  k.call();
+  const std::int64_t rows = std::min<std::int64_t>(M, 64);
+  const Tensor ref =
+      must(evaluate_reference(region, std::vector<Tensor>{leading_rows(operands[0], rows), operands[1], operands[2]}),
+           "reference");
+  r.err = max_abs_err(k.out.data.data(), ref);
+  r.err_note = "first " + std::to_string(rows) + " rows";
+  std::vector<std::function<void()>> fns{[&] { k.call(); }};
+  std::vector<std::string> names;
+  const float* A = operands[0].data.data();
+  const float* Wg = operands[1].data.data();
+  const float* Wu = operands[2].data.data();
+#ifdef FUSOR_BENCH_ONEDNN
+  // oneDNN's best two-matmul composition: g = swish(A Wg) as a post-op, then
+  // out = (A Wu) * g as a binary post-op of the second matmul.
+  using namespace dnnl;
+  std::vector<float> g(static_cast<size_t>(M * H)), o(static_cast<size_t>(M * H));
+  post_ops p1, p2;
+  p1.append_eltwise(1.f, algorithm::eltwise_swish, 1.f, 0.f);
+  p2.append_binary(algorithm::binary_mul, {{M, H}, dt::f32, tag::ab});
+  primitive_attr a1, a2;
+  a1.set_post_ops(p1);
+  a2.set_post_ops(p2);
+  const memory::desc src{{M, K}, dt::f32, tag::ab}, wei{{K, H}, dt::f32, tag::ab}, dst{{M, H}, dt::f32, tag::ab};
+  matmul::primitive_desc pd1(matmul::desc(src, wei, dst), a1, engine()), pd2(matmul::desc(src, wei, dst), a2, engine());
+  matmul m1(pd1), m2(pd2);
+  std::unordered_map<int, memory> args1{{DNNL_ARG_SRC, mem({M, K}, tag::ab, A)},
+                                        {DNNL_ARG_WEIGHTS, mem({K, H}, tag::ab, Wg)},
+                                        {DNNL_ARG_DST, mem({M, H}, tag::ab, g.data())}};
+  std::unordered_map<int, memory> args2{{DNNL_ARG_SRC, mem({M, K}, tag::ab, A)},
+                                        {DNNL_ARG_WEIGHTS, mem({K, H}, tag::ab, Wu)},
+                                        {DNNL_ARG_DST, mem({M, H}, tag::ab, o.data())},
+                                        {DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, mem({M, H}, tag::ab, g.data())}};
+  r.peer_note += std::string("onednn impl: ") + pd1.impl_info_str() + "; ";
+  fns.push_back([&] {
+    m1.execute(stream(), args1);
+    m2.execute(stream(), args2);
+    stream().wait();
+  });
+  names.push_back("onednn");
+#endif
+#ifdef FUSOR_BENCH_OPENBLAS
+  std::vector<float> gb(static_cast<size_t>(M * H)), ub(static_cast<size_t>(M * H));
+  const Region epi = parse("pointwise { inputs = [g, u]; t0 = silu(g); t1 = mul(t0, u); output = t1 }");
+  Kernel ek = make_kernel(epi, std::vector<Tensor>{Tensor({M, H}), Tensor({M, H})});
+  ek.ptrs[0] = gb.data();
+  ek.ptrs[1] = ub.data();
+  fns.push_back([&] {
+    const int m = static_cast<int>(M), h = static_cast<int>(H), kk = static_cast<int>(K);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, h, kk, 1.0f, A, kk, Wg, h, 0.0f, gb.data(), h);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, h, kk, 1.0f, A, kk, Wu, h, 0.0f, ub.data(), h);
+    ek.call();
+  });
+  names.push_back("openblas");
+#endif
+  const auto med = time_interleaved(fns, opt.min_ms);
+  r.fusor_ms = med[0];
+  for (size_t i = 0; i < names.size(); ++i) r.peer_ms[names[i]] = med[i + 1];
+  return r;
+}
+
+// ---- attention -------------------------------------------------------------------------
+Result bench_attention(std::int64_t S, std::int64_t D, bool causal, const Options& opt) {
+  const std::int64_t B = 2, H = 4;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const Region region = parse("attention { scale = " + std::to_string(scale) + "; causal = " +
+                              (causal ? "true" : "false") + " }");
+  ProblemShape dims;
+  dims.batch = B, dims.heads = H, dims.kv_heads = H, dims.M = S, dims.Nk = S, dims.D = D, dims.Dv = D;
+  const auto operands = make_operands(region, dims, 11, 1.0);
+  Kernel k = make_kernel(region, operands);
+  Result r;
+  r.name = std::string("attention_") + (causal ? "causal_" : "") + "s" + std::to_string(S) + "_d" + std::to_string(D);
+  r.shape = "B=2 H=4 S=" + std::to_string(S) + " D=" + std::to_string(D);
+  r.work = 4.0 * B * H * S * S * D * (causal ? 0.5 : 1.0);
+  r.verified = k.verified;
+  k.call();
+  // Reference on the first 32 queries of every head (queries are independent).
+  const std::int64_t q = 32;
+  Tensor qs({B, H, q, D});
+  for (std::int64_t bh = 0; bh < B * H; ++bh)
+    std::copy_n(operands[0].data.begin() + bh * S * D, q * D, qs.data.begin() + bh * q * D);
+  const Tensor ref = must(evaluate_reference(region, std::vector<Tensor>{qs, operands[1], operands[2]}), "reference");
+  for (std::int64_t bh = 0; bh < B * H; ++bh)
+    for (std::int64_t i = 0; i < q * D; ++i) {
+      const double d = std::fabs(k.out.data[bh * S * D + i] - ref.data[bh * q * D + i]);
+      r.err = std::isnan(d) ? INFINITY : std::max(r.err, d);
+    }
+  r.err_note = "first 32 queries of each head";
+  std::vector<std::function<void()>> fns{[&] { k.call(); }};
+  std::vector<std::string> names;
+#ifdef FUSOR_BENCH_ONEDNN
+  // Unfused: scores = scale * Q K^T (+ causal mask) -> softmax primitive -> P V.
+  using namespace dnnl;
+  const std::int64_t BH = B * H;
+  std::vector<float> scores(static_cast<size_t>(BH * S * S)), probs(scores.size()), o(static_cast<size_t>(BH * S * D));
+  std::vector<float> mask(static_cast<size_t>(S * S), 0.0f);
+  for (std::int64_t i = 0; i < S; ++i)
+    for (std::int64_t j = i + 1; j < S; ++j) mask[i * S + j] = -INFINITY;
+  post_ops po;
+  po.append_eltwise(1.f, algorithm::eltwise_linear, scale, 0.f);
+  if (causal) po.append_binary(algorithm::binary_add, {{1, S, S}, dt::f32, tag::abc});
+  primitive_attr attr;
+  attr.set_post_ops(po);
+  const memory::desc q_md{{BH, S, D}, dt::f32, tag::abc}, kt_md{{BH, D, S}, dt::f32, tag::acb},
+      s_md{{BH, S, S}, dt::f32, tag::abc}, v_md{{BH, S, D}, dt::f32, tag::abc};
+  matmul::primitive_desc pd1(matmul::desc(q_md, kt_md, s_md), attr, engine());
+  matmul qk(pd1);
+  softmax_forward::primitive_desc spd(softmax_forward::desc(prop_kind::forward_inference, s_md, 2), engine());
+  softmax_forward sm(spd);
+  matmul::primitive_desc pd2(matmul::desc(s_md, v_md, q_md), engine());
+  matmul pv(pd2);
+  std::unordered_map<int, memory> a1{{DNNL_ARG_SRC, memory(q_md, engine(), const_cast<float*>(operands[0].data.data()))},
+                                     {DNNL_ARG_WEIGHTS, memory(kt_md, engine(), const_cast<float*>(operands[1].data.data()))},
+                                     {DNNL_ARG_DST, memory(s_md, engine(), scores.data())}};
+  if (causal) a1.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(1) | DNNL_ARG_SRC_1, mem({1, S, S}, tag::abc, mask.data()));
+  std::unordered_map<int, memory> a2{{DNNL_ARG_SRC, memory(s_md, engine(), scores.data())},
+                                     {DNNL_ARG_DST, memory(s_md, engine(), probs.data())}};
+  std::unordered_map<int, memory> a3{{DNNL_ARG_SRC, memory(s_md, engine(), probs.data())},
+                                     {DNNL_ARG_WEIGHTS, memory(v_md, engine(), const_cast<float*>(operands[2].data.data()))},
+                                     {DNNL_ARG_DST, memory(q_md, engine(), o.data())}};
+  r.peer_note += std::string("onednn impls: ") + pd1.impl_info_str() + ", " + spd.impl_info_str() + "; ";
+  fns.push_back([&] {
+    qk.execute(stream(), a1);
+    sm.execute(stream(), a2);
+    pv.execute(stream(), a3);
+    stream().wait();
+  });
+  names.push_back("onednn");
+#endif
+  const auto med = time_interleaved(fns, opt.min_ms);
+  r.fusor_ms = med[0];
+  for (size_t i = 0; i < names.size(); ++i) r.peer_ms[names[i]] = med[i + 1];
+  return r;
+}
+
+// ---- norm chains vs a STREAM-style copy --------------------------------------------------
+Result bench_norm(const std::string& norm, std::int64_t rows, std::int64_t len, const Options& opt) {
+  const bool rms = norm == "rmsnorm";
+  const Region region = parse(std::string("norm_chain { norm = ") + norm + "; add_residual = " +
+                              (rms ? "true" : "false") + "; weight = true; bias = " + (rms ? "false" : "true") + " }");
+  ProblemShape dims;
+  dims.rows = rows, dims.row_len = len, dims.output = {rows, len};
+  const auto operands = make_operands(region, dims, 13, 1.0);
+  Kernel k = make_kernel(region, operands);
+  Result r;
+  r.name = norm + (rms ? "_residual_weight_" : "_weight_bias_") + std::to_string(rows) + "x" + std::to_string(len);
+  r.shape = std::to_string(rows) + "x" + std::to_string(len);
+  r.bandwidth = true;
+  const double n = static_cast<double>(rows * len);
+  r.work = 4.0 * (n * (rms ? 3 : 2) + len * (rms ? 1 : 2)); // bytes read + written
+  r.verified = k.verified;
+  k.call();
+  const std::int64_t rr = 64;
+  std::vector<Tensor> sub{leading_rows(operands[0], rr)};
+  for (size_t i = 1; i < operands.size(); ++i)
+    sub.push_back(operands[i].shape.size() == 2 ? leading_rows(operands[i], rr) : operands[i]);
+  const Tensor ref = must(evaluate_reference(region, sub), "reference");
+  r.err = max_abs_err(k.out.data.data(), ref);
+  r.err_note = "first 64 rows";
+  // STREAM-style copy of one [rows, len] f32 array: the bandwidth roofline's measure.
+  std::vector<float> src(operands[0].data), dst(src.size());
+  const std::int64_t total = rows * len;
+  std::vector<std::function<void()>> fns{[&] { k.call(); }, [&] {
+                                           float* __restrict d = dst.data();
+                                           const float* __restrict s = src.data();
+#pragma omp parallel for simd schedule(static)
+                                           for (std::int64_t i = 0; i < total; ++i) d[i] = s[i];
+                                         }};
+  const auto med = time_interleaved(fns, opt.min_ms);
+  r.fusor_ms = med[0];
+  r.peer_ms["copy"] = med[1];
+  r.peer_note = "copy moves " + std::to_string(8.0 * n / 1e6) + " MB";
+  return r;
+}
+
+json to_json(const Result& r, double copy_bytes) {
+  json j;
+  j["case"] = r.name;
+  j["shape"] = r.shape;
+  j["fusor_ms"] = r.fusor_ms;
+  for (const auto& [peer, ms] : r.peer_ms) {
+    j[peer + "_ms"] = ms;
+    j[peer + "_ratio"] = ms / r.fusor_ms; // > 1: fusor is faster
+  }
+  if (r.bandwidth) {
+    j["gbps"] = r.work / r.fusor_ms / 1e6;
+    if (r.peer_ms.count("copy")) {
+      j["copy_gbps"] = copy_bytes / r.peer_ms.at("copy") / 1e6;
+      j["fraction_of_copy_bw"] = j["gbps"].get<double>() / j["copy_gbps"].get<double>();
+    }
+  } else {
+    j["gflops"] = r.work / r.fusor_ms / 1e6;
+    for (const auto& [peer, ms] : r.peer_ms) j[peer + "_gflops"] = r.work / ms / 1e6;
+  }
+  j["max_abs_err"] = r.err;
+  j["err_on"] = r.err_note;
+  j["verified"] = r.verified;
+  if (!r.peer_note.empty()) j["note"] = r.peer_note;
+  return j;
+}
+
+void print_human(const json& j) {
+  std::printf("%-36s fusor %9.3f ms", j["case"].get<std::string>().c_str(), j["fusor_ms"].get<double>());
+  if (j.contains("gflops")) std::printf(" %7.1f GFLOP/s", j["gflops"].get<double>());
+  if (j.contains("gbps")) std::printf(" %7.1f GB/s", j["gbps"].get<double>());
+  for (const char* peer : {"onednn", "openblas", "copy"}) {
+    const std::string key = std::string(peer) + "_ms";
+    if (!j.contains(key)) continue;
+    std::printf(" | %s %9.3f ms (x%.2f)", peer, j[key].get<double>(), j[std::string(peer) + "_ratio"].get<double>());
+  }
+  std::printf(" | err %.2g%s\n", j["max_abs_err"].get<double>(), j["verified"].get<bool>() ? "" : " UNVERIFIED");
+  std::fflush(stdout);
+}
+
+std::string today() {
+  char buf[32];
+  const std::time_t t = std::time(nullptr);
+  std::strftime(buf, sizeof buf, "%Y-%m-%d", std::localtime(&t));
+  return buf;
+}
+
+json machine() {
+  json m;
+  m["date"] = today();
+  m["isa"] = host_isa();
+  std::ifstream cpu("/proc/cpuinfo");
+  for (std::string line; std::getline(cpu, line);)
+    if (line.rfind("model name", 0) == 0) {
+      m["cpu_model"] = line.substr(line.find(':') + 2);
+      break;
+    }
+#ifdef _OPENMP
+  m["threads"] = omp_get_max_threads();
+#endif
+#ifdef FUSOR_BENCH_ONEDNN
+  const dnnl_version_t* v = dnnl_version();
+  m["onednn"] = std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch);
+#endif
+#ifdef FUSOR_BENCH_OPENBLAS
+  m["openblas"] = openblas_get_config();
+  m["openblas_corename"] = openblas_get_corename();
+#endif
+  const char* ct = std::getenv("OPENBLAS_CORETYPE");
+  m["OPENBLAS_CORETYPE"] = ct ? ct : "(unset)";
+  m["timing"] = "warm-up 2 calls each, then the median of interleaved repetitions (>= 7, ~1.5 s per case)";
+  return m;
+}
+
+int run(const Options& opt) {
+  struct Entry {
+    std::string suite, name;
+    std::function<Result()> fn;
+  };
+  std::vector<Entry> entries;
+  for (auto [m, n, k] : std::vector<std::array<std::int64_t, 3>>{{512, 2048, 768}, {1024, 1024, 1024},
+                                                                  {2048, 2048, 2048}, {128, 3072, 768}}) {
+    const std::string nm =
+        "gemm_bias_gelu_" + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k);
+    entries.push_back({"gemm", nm, [=, &opt] { return bench_fused(nm, m, n, k, false, opt); }});
+  }
+  for (auto [m, n, k] : std::vector<std::array<std::int64_t, 3>>{{512, 2048, 768}, {1024, 1024, 1024}}) {
+    const std::string nm =
+        "gemm_bias_residual_" + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k);
+    entries.push_back({"gemm", nm, [=, &opt] { return bench_fused(nm, m, n, k, true, opt); }});
+  }
+  entries.push_back({"gated", "gated_silu_512x768x2048", [&] { return bench_gated(512, 768, 2048, opt); }});
+  for (bool causal : {false, true})
+    for (std::int64_t s : {512, 2048})
+      for (std::int64_t d : {64, 128}) {
+        const std::string nm =
+            std::string("attention_") + (causal ? "causal_" : "") + "s" + std::to_string(s) + "_d" + std::to_string(d);
+        entries.push_back({"attention", nm, [=, &opt] { return bench_attention(s, d, causal, opt); }});
+      }
+  entries.push_back({"norm", "rmsnorm_residual_weight_4096x4096", [&] { return bench_norm("rmsnorm", 4096, 4096, opt); }});
+  entries.push_back(
+      {"norm", "layer_norm_weight_bias_4096x4096", [&] { return bench_norm("layer_norm", 4096, 4096, opt); }});
+
+  json doc;
+  doc["machine"] = machine();
+  doc["cases"] = json::array();
+  if (!opt.json_lines) std::printf("%s\n", doc["machine"].dump().c_str());
+  int ran = 0;
+  for (const auto& e : entries) {
+    if (opt.suite != "all" && e.suite != opt.suite) continue;
+    if (!opt.filter.empty() && e.name.find(opt.filter) == std::string::npos) continue;
+    const Result r = e.fn();
+    const json j = to_json(r, 8.0 * 4096 * 4096);
+    if (opt.json_lines)
+      std::printf("%s\n", j.dump().c_str()), std::fflush(stdout);
+    else
+      print_human(j);
+    doc["cases"].push_back(j);
+    ++ran;
+  }
+  if (ran == 0) die("no case matches suite '" + opt.suite + "' and filter '" + opt.filter + "'");
+  if (!opt.save.empty()) {
+    std::ofstream f(opt.save);
+    f << doc.dump(2) << "\n";
+    if (!f) die("cannot write " + opt.save);
+  }
+  return 0;
+}
+
+} // namespace
+} // namespace fusor::bench
+
+int main(int argc, char** argv) {
+  fusor::bench::Options opt;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) fusor::bench::die(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--filter")
+      opt.filter = value();
+    else if (a == "--json")
+      opt.json_lines = true;
+    else if (a == "--save")
+      opt.save = value();
+    else if (a == "--knob") {
+      const std::string kv = value();
+      const auto eq = kv.find('=');
+      if (eq == std::string::npos) fusor::bench::die("--knob takes KEY=VALUE");
+      fusor::bench::knobs()[kv.substr(0, eq)] = kv.substr(eq + 1);
+    } else if (a == "--min-ms")
+      opt.min_ms = std::atof(value().c_str());
+    else if (a == "-h" || a == "--help") {
+      std::printf("usage: fusor-bench SUITE [--filter TEXT] [--json] [--save FILE] [--min-ms MS] [--knob KEY=VALUE]\n"
+                  "SUITE: gemm | gated | attention | norm | all\n");
+      return 0;
+    } else if (opt.suite.empty() && a[0] != '-')
+      opt.suite = a;
+    else
+      fusor::bench::die("unknown argument '" + a + "' (see --help)");
+  }
+  if (opt.suite.empty()) fusor::bench::die("missing SUITE (gemm | gated | attention | norm | all)");
+  if (opt.suite != "all" && opt.suite != "gemm" && opt.suite != "gated" && opt.suite != "attention" &&
+      opt.suite != "norm")
+    fusor::bench::die("unknown suite '" + opt.suite + "' (gemm | gated | attention | norm | all)");
+  return fusor::bench::run(opt);
+}

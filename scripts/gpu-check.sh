@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Builds fusor with the CUDA target and runs the GPU test suite in one go, on a machine with
+# an NVIDIA GPU (the lent H200). With --bench (or --bench-quick) it then runs the benchmark
+# against PyTorch. Logs and JSON land in $OUT (default bench/results/).
+#   scripts/gpu-check.sh [--bench|--bench-quick] [--no-tests]
+set -uo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=${BUILD:-$ROOT/build/gpu}
+OUT=${OUT:-$ROOT/bench/results}
+BENCH=""
+TESTS=1
+for a in "$@"; do
+  case $a in
+  --bench) BENCH=full ;;
+  --bench-quick) BENCH=quick ;;
+  --no-tests) TESTS=0 ;;
+  *) echo "unknown argument $a" >&2; exit 2 ;;
+  esac
+done
+mkdir -p "$OUT"
+# The device image keeps cmake and ninja in the torch venv.
+[ -d /opt/torch/.venv/bin ] && export PATH=$PATH:/opt/torch/.venv/bin
+LOG=$OUT/gpu-check.log
+{
+  echo "# fusor gpu-check $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname)"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader 2>&1
+  echo "# git $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null) (working tree, uncommitted changes included)"
+} | tee "$LOG"
+
+cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFUSOR_BUILD_TESTS=ON >"$OUT/gpu-build.log" 2>&1 &&
+  cmake --build "$BUILD" --target test_cuda_emit test_cuda_lane fusor-cuda-bench fusor >>"$OUT/gpu-build.log" 2>&1
+rc=$?
+if [ $rc -ne 0 ]; then
+  tail -60 "$OUT/gpu-build.log"
+  echo "BUILD FAILED" | tee -a "$LOG"
+  exit $rc
+fi
+echo "# build ok ($(grep -c . "$OUT/gpu-build.log") log lines)" | tee -a "$LOG"
+
+status=0
+if [ $TESTS -eq 1 ]; then
+  for t in test_cuda_emit test_cuda_lane; do
+    "$BUILD/$t" --gtest_color=no 2>&1 | tee -a "$LOG"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  done
+  # The CLI works like its x86 counterpart.
+  for cmd in "run examples/fused_bias_gelu_residual.region --target cuda" \
+    "verify examples/attention_causal.region --target cuda"; do
+    echo "\$ fusor $cmd" | tee -a "$LOG"
+    (cd "$ROOT" && "$BUILD/fusor" $cmd 2>&1 | tail -15) | tee -a "$LOG"
+  done
+fi
+if [ -n "$BENCH" ]; then
+  extra=""
+  [ "$BENCH" = quick ] && extra=--quick
+  FUSOR_CACHE_DIR=$BUILD/bench-cache PYTHONUNBUFFERED=1 python3 "$ROOT/bench/gpu/run_bench.py" \
+    --fusor-bench "$BUILD/fusor-cuda-bench" --out "$OUT/gpu-bench.jsonl" $extra 2>&1 | tee "$OUT/gpu-bench.log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+fi
+echo "# gpu-check exit $status" | tee -a "$LOG"
+exit $status

@@ -102,7 +102,8 @@ Kernel make_kernel(const Region& region, const std::vector<Tensor>& operands, bo
   const Candidate& c = avx512(region_kind(region));
   EmitOptions options;
   const RegionKind kind = region_kind(region);
-  if (kind == RegionKind::fused || kind == RegionKind::gated || kind == RegionKind::attention) options.options = knobs();
+  if (kind == RegionKind::fused || kind == RegionKind::gated || kind == RegionKind::attention)
+    options.options = knobs();
   KernelSource src = must(c.emit(region, options), "emit " + print_region(region));
   Artifact art = must(x86().compile(src), "compile " + print_region(region));
   Kernel k;
@@ -212,7 +213,8 @@ struct EpiloguePass {
 // ---- GEMM + bias + epilogue ----------------------------------------------------------
 Result bench_fused(const std::string& name, std::int64_t M, std::int64_t N, std::int64_t K, bool residual,
                    const Options& opt) {
-  const std::string text = residual ? "fused { epilogue = [bias]; residual = true }" : "fused { epilogue = [bias, gelu] }";
+  const std::string text =
+      residual ? "fused { epilogue = [bias]; residual = true }" : "fused { epilogue = [bias, gelu] }";
   const Region region = parse(text);
   ProblemShape dims;
   dims.M = M, dims.N = N, dims.K = K;
@@ -249,10 +251,9 @@ Result bench_fused(const std::string& name, std::int64_t M, std::int64_t N, std:
     po.append_eltwise(1.f, algorithm::eltwise_gelu_tanh, 0.f, 0.f);
   primitive_attr attr;
   attr.set_post_ops(po);
-  matmul::primitive_desc pd(
-      matmul::desc({{M, K}, dt::f32, tag::ab}, {{K, N}, dt::f32, tag::ab}, {{1, N}, dt::f32, tag::ab},
-                   {{M, N}, dt::f32, tag::ab}),
-      attr, engine());
+  matmul::primitive_desc pd(matmul::desc({{M, K}, dt::f32, tag::ab}, {{K, N}, dt::f32, tag::ab},
+                                         {{1, N}, dt::f32, tag::ab}, {{M, N}, dt::f32, tag::ab}),
+                            attr, engine());
   matmul mm(pd);
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, mem({M, K}, tag::ab, A)},
                                        {DNNL_ARG_WEIGHTS, mem({K, N}, tag::ab, B)},
@@ -268,8 +269,9 @@ Result bench_fused(const std::string& name, std::int64_t M, std::int64_t N, std:
 #endif
 #ifdef FUSOR_BENCH_OPENBLAS
   std::vector<float> c2(static_cast<size_t>(M * N));
-  const std::string epi_text = residual ? "pointwise { inputs = [c, b, r]; t0 = add(c, b); t1 = add(t0, r); output = t1 }"
-                                        : "pointwise { inputs = [c, b]; t0 = add(c, b); t1 = gelu(t0); output = t1 }";
+  const std::string epi_text = residual
+                                   ? "pointwise { inputs = [c, b, r]; t0 = add(c, b); t1 = add(t0, r); output = t1 }"
+                                   : "pointwise { inputs = [c, b]; t0 = add(c, b); t1 = gelu(t0); output = t1 }";
   const Region epi = parse(epi_text);
   std::vector<Tensor> epi_ops{Tensor({M, N}), Tensor({N}, operands[2].data)};
   if (residual) epi_ops.push_back(operands[3]);
@@ -329,10 +331,11 @@ Result bench_gated(std::int64_t M, std::int64_t K, std::int64_t H, const Options
   std::unordered_map<int, memory> args1{{DNNL_ARG_SRC, mem({M, K}, tag::ab, A)},
                                         {DNNL_ARG_WEIGHTS, mem({K, H}, tag::ab, Wg)},
                                         {DNNL_ARG_DST, mem({M, H}, tag::ab, g.data())}};
-  std::unordered_map<int, memory> args2{{DNNL_ARG_SRC, mem({M, K}, tag::ab, A)},
-                                        {DNNL_ARG_WEIGHTS, mem({K, H}, tag::ab, Wu)},
-                                        {DNNL_ARG_DST, mem({M, H}, tag::ab, o.data())},
-                                        {DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, mem({M, H}, tag::ab, g.data())}};
+  std::unordered_map<int, memory> args2{
+      {DNNL_ARG_SRC, mem({M, K}, tag::ab, A)},
+      {DNNL_ARG_WEIGHTS, mem({K, H}, tag::ab, Wu)},
+      {DNNL_ARG_DST, mem({M, H}, tag::ab, o.data())},
+      {DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, mem({M, H}, tag::ab, g.data())}};
   r.peer_note += std::string("onednn impl: ") + pd1.impl_info_str() + "; ";
   fns.push_back([&] {
     m1.execute(stream(), args1);
@@ -365,8 +368,8 @@ Result bench_gated(std::int64_t M, std::int64_t K, std::int64_t H, const Options
 Result bench_attention(std::int64_t S, std::int64_t D, bool causal, const Options& opt) {
   const std::int64_t B = 2, H = 4;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  const Region region = parse("attention { scale = " + std::to_string(scale) + "; causal = " +
-                              (causal ? "true" : "false") + " }");
+  const Region region =
+      parse("attention { scale = " + std::to_string(scale) + "; causal = " + (causal ? "true" : "false") + " }");
   ProblemShape dims;
   dims.batch = B, dims.heads = H, dims.kv_heads = H, dims.M = S, dims.Nk = S, dims.D = D, dims.Dv = D;
   const auto operands = make_operands(region, dims, 11, 1.0);
@@ -396,12 +399,15 @@ Result bench_attention(std::int64_t S, std::int64_t D, bool causal, const Option
   using namespace dnnl;
   const std::int64_t BH = B * H;
   std::vector<float> scores(static_cast<size_t>(BH * S * S)), probs(scores.size()), o(static_cast<size_t>(BH * S * D));
-  std::vector<float> mask(static_cast<size_t>(S * S), 0.0f);
-  for (std::int64_t i = 0; i < S; ++i)
-    for (std::int64_t j = i + 1; j < S; ++j) mask[i * S + j] = -INFINITY;
+  // A full-size mask: oneDNN 2.6 runs a broadcast ({1,S,S}) binary post-op on its slow
+  // reference path, which would flatter fusor; an unbroadcast one keeps brgemm.
+  std::vector<float> mask(causal ? static_cast<size_t>(BH * S * S) : 0, 0.0f);
+  for (std::int64_t h = 0; causal && h < BH; ++h)
+    for (std::int64_t i = 0; i < S; ++i)
+      for (std::int64_t j = i + 1; j < S; ++j) mask[(h * S + i) * S + j] = -INFINITY;
   post_ops po;
   po.append_eltwise(1.f, algorithm::eltwise_linear, scale, 0.f);
-  if (causal) po.append_binary(algorithm::binary_add, {{1, S, S}, dt::f32, tag::abc});
+  if (causal) po.append_binary(algorithm::binary_add, {{BH, S, S}, dt::f32, tag::abc});
   primitive_attr attr;
   attr.set_post_ops(po);
   const memory::desc q_md{{BH, S, D}, dt::f32, tag::abc}, kt_md{{BH, D, S}, dt::f32, tag::acb},
@@ -412,15 +418,17 @@ Result bench_attention(std::int64_t S, std::int64_t D, bool causal, const Option
   softmax_forward sm(spd);
   matmul::primitive_desc pd2(matmul::desc(s_md, v_md, q_md), engine());
   matmul pv(pd2);
-  std::unordered_map<int, memory> a1{{DNNL_ARG_SRC, memory(q_md, engine(), const_cast<float*>(operands[0].data.data()))},
-                                     {DNNL_ARG_WEIGHTS, memory(kt_md, engine(), const_cast<float*>(operands[1].data.data()))},
-                                     {DNNL_ARG_DST, memory(s_md, engine(), scores.data())}};
-  if (causal) a1.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(1) | DNNL_ARG_SRC_1, mem({1, S, S}, tag::abc, mask.data()));
+  std::unordered_map<int, memory> a1{
+      {DNNL_ARG_SRC, memory(q_md, engine(), const_cast<float*>(operands[0].data.data()))},
+      {DNNL_ARG_WEIGHTS, memory(kt_md, engine(), const_cast<float*>(operands[1].data.data()))},
+      {DNNL_ARG_DST, memory(s_md, engine(), scores.data())}};
+  if (causal) a1.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(1) | DNNL_ARG_SRC_1, mem({BH, S, S}, tag::abc, mask.data()));
   std::unordered_map<int, memory> a2{{DNNL_ARG_SRC, memory(s_md, engine(), scores.data())},
                                      {DNNL_ARG_DST, memory(s_md, engine(), probs.data())}};
-  std::unordered_map<int, memory> a3{{DNNL_ARG_SRC, memory(s_md, engine(), probs.data())},
-                                     {DNNL_ARG_WEIGHTS, memory(v_md, engine(), const_cast<float*>(operands[2].data.data()))},
-                                     {DNNL_ARG_DST, memory(q_md, engine(), o.data())}};
+  std::unordered_map<int, memory> a3{
+      {DNNL_ARG_SRC, memory(s_md, engine(), probs.data())},
+      {DNNL_ARG_WEIGHTS, memory(v_md, engine(), const_cast<float*>(operands[2].data.data()))},
+      {DNNL_ARG_DST, memory(q_md, engine(), o.data())}};
   r.peer_note += std::string("onednn impls: ") + pd1.impl_info_str() + ", " + spd.impl_info_str() + "; ";
   fns.push_back([&] {
     qk.execute(stream(), a1);
@@ -439,8 +447,9 @@ Result bench_attention(std::int64_t S, std::int64_t D, bool causal, const Option
 // ---- norm chains vs a STREAM-style copy --------------------------------------------------
 Result bench_norm(const std::string& norm, std::int64_t rows, std::int64_t len, const Options& opt) {
   const bool rms = norm == "rmsnorm";
-  const Region region = parse(std::string("norm_chain { norm = ") + norm + "; add_residual = " +
-                              (rms ? "true" : "false") + "; weight = true; bias = " + (rms ? "false" : "true") + " }");
+  const Region region =
+      parse(std::string("norm_chain { norm = ") + norm + "; add_residual = " + (rms ? "true" : "false") +
+            "; weight = true; bias = " + (rms ? "false" : "true") + " }");
   ProblemShape dims;
   dims.rows = rows, dims.row_len = len, dims.output = {rows, len};
   const auto operands = make_operands(region, dims, 13, 1.0);
@@ -463,7 +472,8 @@ Result bench_norm(const std::string& norm, std::int64_t rows, std::int64_t len, 
   // STREAM-style copy of one [rows, len] f32 array: the bandwidth roofline's measure.
   std::vector<float> src(operands[0].data), dst(src.size());
   const std::int64_t total = rows * len;
-  std::vector<std::function<void()>> fns{[&] { k.call(); }, [&] {
+  std::vector<std::function<void()>> fns{[&] { k.call(); },
+                                         [&] {
                                            float* __restrict d = dst.data();
                                            const float* __restrict s = src.data();
 #pragma omp parallel for simd schedule(static)
@@ -511,6 +521,8 @@ void print_human(const json& j) {
     if (!j.contains(key)) continue;
     std::printf(" | %s %9.3f ms (x%.2f)", peer, j[key].get<double>(), j[std::string(peer) + "_ratio"].get<double>());
   }
+  if (j.contains("fraction_of_copy_bw"))
+    std::printf(" | %.2f of copy bandwidth", j["fraction_of_copy_bw"].get<double>());
   std::printf(" | err %.2g%s\n", j["max_abs_err"].get<double>(), j["verified"].get<bool>() ? "" : " UNVERIFIED");
   std::fflush(stdout);
 }
@@ -555,10 +567,9 @@ int run(const Options& opt) {
     std::function<Result()> fn;
   };
   std::vector<Entry> entries;
-  for (auto [m, n, k] : std::vector<std::array<std::int64_t, 3>>{{512, 2048, 768}, {1024, 1024, 1024},
-                                                                  {2048, 2048, 2048}, {128, 3072, 768}}) {
-    const std::string nm =
-        "gemm_bias_gelu_" + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k);
+  for (auto [m, n, k] : std::vector<std::array<std::int64_t, 3>>{
+           {512, 2048, 768}, {1024, 1024, 1024}, {2048, 2048, 2048}, {128, 3072, 768}}) {
+    const std::string nm = "gemm_bias_gelu_" + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k);
     entries.push_back({"gemm", nm, [=, &opt] { return bench_fused(nm, m, n, k, false, opt); }});
   }
   for (auto [m, n, k] : std::vector<std::array<std::int64_t, 3>>{{512, 2048, 768}, {1024, 1024, 1024}}) {
@@ -574,7 +585,8 @@ int run(const Options& opt) {
             std::string("attention_") + (causal ? "causal_" : "") + "s" + std::to_string(s) + "_d" + std::to_string(d);
         entries.push_back({"attention", nm, [=, &opt] { return bench_attention(s, d, causal, opt); }});
       }
-  entries.push_back({"norm", "rmsnorm_residual_weight_4096x4096", [&] { return bench_norm("rmsnorm", 4096, 4096, opt); }});
+  entries.push_back(
+      {"norm", "rmsnorm_residual_weight_4096x4096", [&] { return bench_norm("rmsnorm", 4096, 4096, opt); }});
   entries.push_back(
       {"norm", "layer_norm_weight_bias_4096x4096", [&] { return bench_norm("layer_norm", 4096, 4096, opt); }});
 

@@ -40,20 +40,20 @@ echo "# build ok ($(grep -c . "$OUT/gpu-build.log") log lines)" | tee -a "$LOG"
 status=0
 if [ $TESTS -eq 1 ]; then
   for t in test_cuda_emit test_cuda_lane; do
-    "$BUILD/$t" --gtest_color=no 2>&1 | tee -a "$LOG"
+    timeout 400 "$BUILD/$t" --gtest_color=no 2>&1 | tee -a "$LOG"
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   done
   # The CLI works like its x86 counterpart.
-  for cmd in "run examples/fused_bias_gelu_residual.region --target cuda" \
-    "verify examples/attention_causal.region --target cuda"; do
+  for cmd in "run --target cuda" "verify examples/attention_causal.region --target cuda" \
+    "emit examples/gated_silu.region --target cuda"; do
     echo "\$ fusor $cmd" | tee -a "$LOG"
-    (cd "$ROOT" && "$BUILD/fusor" $cmd 2>&1 | tail -15) | tee -a "$LOG"
+    (cd "$ROOT" && timeout 120 "$BUILD/fusor" $cmd 2>&1 | head -40) | tee -a "$LOG"
   done
 fi
 if [ -n "$BENCH" ]; then
   extra=""
   [ "$BENCH" = quick ] && extra=--quick
-  FUSOR_CACHE_DIR=$BUILD/bench-cache PYTHONUNBUFFERED=1 python3 "$ROOT/bench/gpu/run_bench.py" \
+  FUSOR_CACHE_DIR=$BUILD/bench-cache PYTHONUNBUFFERED=1 timeout 540 python3 "$ROOT/bench/gpu/run_bench.py" \
     --fusor-bench "$BUILD/fusor-cuda-bench" --out "$OUT/gpu-bench.jsonl" $extra 2>&1 | tee "$OUT/gpu-bench.log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi

@@ -274,11 +274,11 @@ TEST_F(Cli, RefRegionSelection) {
 
 // ---- run -------------------------------------------------------------------------------------
 
-TEST_F(Cli, RunWithoutArgumentsShowsEveryKind) {
-  const Result r = fusor("run");
+TEST_F(Cli, RunExamplesShowsEveryKind) {
+  const Result r = fusor("run --examples");
   ASSERT_EQ(r.code, 0) << r.err;
   for (const char* kind : kKinds) EXPECT_NE(r.out.find("\n" + std::string(kind) + " "), std::string::npos) << kind;
-  for (const char* column : {"operands", "output", "time_ms"})
+  for (const char* column : {"operands", "lane", "time_ms", "max|err|"})
     EXPECT_NE(r.out.find(column), std::string::npos) << column << "\n" << r.out;
   // The examples are embedded: the working directory (a scratch dir) has no examples/.
   EXPECT_FALSE(fs::exists(dir_ / "examples"));
@@ -427,4 +427,12 @@ TEST_F(CliLanes, VerifyBringYourOwnKernel) {
   const auto crash = fusor_env("verify r.region --target x86 --kernel crashing.c");
   EXPECT_EQ(crash.code, 1) << crash.out << crash.err;
   EXPECT_NE(crash.out.find("SIGSEGV"), std::string::npos) << crash.out;
+}
+
+TEST_F(CliLanes, RunWithoutArgumentsRunsTheEmbeddedModel) {
+  const auto r = fusor_env("run");
+  ASSERT_EQ(r.code, 0) << r.err << r.out;
+  EXPECT_NE(r.out.find("region"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("attention"), std::string::npos) << "the default is a transformer block:\n" << r.out;
+  EXPECT_NE(r.out.find("oracle"), std::string::npos) << r.out;
 }

@@ -263,7 +263,9 @@ TEST(CudaLane, FaultsAndStrayWritesAreOutcomesInTheChild) {
   ProblemShape dims;
   dims.output = {3, 5};
   const auto ops = make_operands(r, dims, 3, 1.0);
-  auto out = execute_on_target(*t, r, ops, {.reference_fallback = false});
+  ExecuteOptions eo;
+  eo.reference_fallback = false;
+  auto out = execute_on_target(*t, r, ops, eo);
   ASSERT_TRUE(out.ok()) << out.error().str();
   EXPECT_EQ(out->tag, "cuda_simt");
 }

@@ -75,7 +75,8 @@ void expect_matches_reference(const Region& region, const ProblemShape& dims, st
   ASSERT_TRUE(out.ok()) << print_region(region) << ": " << out.error().str();
   EXPECT_EQ(out->tag, "x86_avx512");
   EXPECT_TRUE(out->verified);
-  const double atol = region_storage(region) == DType::f32 ? 1e-3 : (region_storage(region) == DType::f16 ? 5e-3 : 5e-2);
+  const double atol =
+      region_storage(region) == DType::f32 ? 1e-3 : (region_storage(region) == DType::f16 ? 5e-3 : 5e-2);
   EXPECT_TRUE(testing::all_close(out->output, *ref, atol))
       << print_region(region) << " at M=" << dims.M << " N=" << dims.N << " K=" << dims.K << " Nk=" << dims.Nk
       << " D=" << dims.D;
@@ -189,9 +190,9 @@ TEST(X86Simd, MatmulAndGatedRagged) {
   REQUIRE_AVX512();
   for (const char* storage : {"f32", "f16", "bf16"})
     for (bool ta : {false, true}) {
-      const Region region = region_of(std::string("matmul { storage = ") + storage +
-                                      "; transpose_a = " + (ta ? "true" : "false") + "; transpose_b = " +
-                                      (ta ? "false" : "true") + " }");
+      const Region region =
+          region_of(std::string("matmul { storage = ") + storage + "; transpose_a = " + (ta ? "true" : "false") +
+                    "; transpose_b = " + (ta ? "false" : "true") + " }");
       expect_matches_reference(region, gemm(17, 129, 7), 9, 0.4);
       expect_matches_reference(region, gemm(16, 16, 16), 10, 0.4);
     }
@@ -225,9 +226,9 @@ TEST(X86Simd, StreamingKinds) {
   REQUIRE_AVX512();
   for (const char* norm : {"rmsnorm", "layer_norm", "softmax"})
     for (bool res : {false, true}) {
-      const Region region = region_of(std::string("norm_chain { norm = ") + norm + "; add_residual = " +
-                                      (res ? "true" : "false") + "; weight = true; bias = " + (res ? "true" : "false") +
-                                      " }");
+      const Region region =
+          region_of(std::string("norm_chain { norm = ") + norm + "; add_residual = " + (res ? "true" : "false") +
+                    "; weight = true; bias = " + (res ? "true" : "false") + " }");
       expect_matches_reference(region, elementwise({17, 4096}), 20, 1.0);
       expect_matches_reference(region, elementwise({7, 129}), 21, 1.0);
     }

@@ -134,8 +134,10 @@ Expected<json> run_case(const json& spec) {
   FUSOR_TRY_ASSIGN(const cuda::LaunchSpec ls, cuda::parse_launch(src->source));
   FUSOR_TRY_ASSIGN(const std::string image, read_bytes(art.path.string()));
   FUSOR_TRY_ASSIGN(auto kernel, cuda::LoadedKernel::load(*d, image, src->entry, ls));
-  FUSOR_TRY_ASSIGN(cuda::CallResult r,
-                   cuda::run_call(*d, *kernel, call, {.warmup = spec.value("warmup", 5), .reps = spec.value("reps", 20)}));
+  cuda::CallOptions timing;
+  timing.warmup = spec.value("warmup", 5);
+  timing.reps = spec.value("reps", 20);
+  FUSOR_TRY_ASSIGN(cuda::CallResult r, cuda::run_call(*d, *kernel, call, timing));
   if (r.kind != cuda::CallResult::Kind::ok) return make_error(ErrorCode::internal, "kernel failed: " + r.detail);
 
   // Sampled rows against the double reference on the same inputs.

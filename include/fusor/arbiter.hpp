@@ -124,6 +124,15 @@ public:
   const std::vector<DispatchLog>& logs() const { return logs_; }
 
 private:
+  // A decision already made in this process: later dispatches of the same region, bucket
+  // and options skip emit, cache lookups and certificates and run the winner directly.
+  struct Decision {
+    const Target* target = nullptr; // null: the reference
+    Artifact artifact;
+    DispatchLog log;
+  };
+  std::map<std::string, Decision> decisions_;
+
   const Registry& registry_;
   Corpus* corpus_;
   CandidateTimer timer_;

@@ -16,12 +16,12 @@ namespace fusor {
 
 struct DiscoveredRegion {
   Region region;
-  std::vector<size_t> nodes;            // indices into graph.nodes, ascending
-  std::vector<std::string> operands;    // graph values in the region's operand order
-  std::vector<Shape> operand_shapes;    // the row-major view each operand is passed as
-  std::string output;                   // the graph value the region computes
-  Shape output_shape;                   // its shape in the graph
-  std::string ops;                      // "matmul + bias + gelu + residual"
+  std::vector<size_t> nodes;         // indices into graph.nodes, ascending
+  std::vector<std::string> operands; // graph values in the region's operand order
+  std::vector<Shape> operand_shapes; // the row-major view each operand is passed as
+  std::string output;                // the graph value the region computes
+  Shape output_shape;                // its shape in the graph
+  std::string ops;                   // "matmul + bias + gelu + residual"
 };
 
 struct UnfusedOp {

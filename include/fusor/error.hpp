@@ -23,16 +23,16 @@ enum class ErrorCode {
   cache_corrupt,                  // E_CACHE_CORRUPT
   onnx_unsupported_op,            // E_ONNX_UNSUPPORTED_OP
   // Codes added by fusor beyond SPEC §7 (never reused for another meaning):
-  region_bad_dtype,    // E_REGION_BAD_DTYPE: a non-fused region names an unknown/unsupported storage dtype
-  region_bad_op,       // E_REGION_BAD_OP: a non-fused region names an unknown op or one outside its vocabulary
-  region_bad_value,    // E_REGION_BAD_VALUE: a numeric field out of range (eps <= 0, non-finite scale)
-  pointwise_bad_graph, // E_POINTWISE_BAD_GRAPH: undefined id, redefinition, limits, dangling output
-  io_error,            // E_IO: a file cannot be read or written
-  npy_unsupported,     // E_NPY_UNSUPPORTED: a .npy dtype/order/version fusor does not read
-  bad_argument,        // E_BAD_ARGUMENT: a caller passed an invalid option or operand count
-  cache_unsafe,        // E_CACHE_UNSAFE: cache directory writable by other users
-  internal,            // E_INTERNAL: a broken invariant inside fusor (a bug)
-  oracle_rejected,     // E_ORACLE_REJECTED: a kernel failed verification (report in the message)
+  region_bad_dtype,       // E_REGION_BAD_DTYPE: a non-fused region names an unknown/unsupported storage dtype
+  region_bad_op,          // E_REGION_BAD_OP: a non-fused region names an unknown op or one outside its vocabulary
+  region_bad_value,       // E_REGION_BAD_VALUE: a numeric field out of range (eps <= 0, non-finite scale)
+  pointwise_bad_graph,    // E_POINTWISE_BAD_GRAPH: undefined id, redefinition, limits, dangling output
+  io_error,               // E_IO: a file cannot be read or written
+  npy_unsupported,        // E_NPY_UNSUPPORTED: a .npy dtype/order/version fusor does not read
+  bad_argument,           // E_BAD_ARGUMENT: a caller passed an invalid option or operand count
+  cache_unsafe,           // E_CACHE_UNSAFE: cache directory writable by other users
+  internal,               // E_INTERNAL: a broken invariant inside fusor (a bug)
+  oracle_rejected,        // E_ORACLE_REJECTED: a kernel failed verification (report in the message)
   graph_invalid,          // E_GRAPH_INVALID: an op graph/model is malformed (undefined value, bad attribute)
   onnx_unsupported_dtype, // E_ONNX_UNSUPPORTED_DTYPE: a model or tensor uses a dtype fusor does not compute in
   onnx_unavailable,       // E_ONNX_UNAVAILABLE: this fusor was built without libonnx/protobuf

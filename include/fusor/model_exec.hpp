@@ -27,9 +27,9 @@ struct RegionRun {
 };
 
 struct GraphRun {
-  ValueMap values;              // every value of the run
+  ValueMap values; // every value of the run
   std::vector<RegionRun> regions;
-  std::vector<double> node_ms;  // native time per graph node (0 for nodes inside regions)
+  std::vector<double> node_ms; // native time per graph node (0 for nodes inside regions)
   double total_ms = 0;
 };
 

@@ -138,8 +138,8 @@ private:
       if (a.size() < 2 || wg.size() != 2 || wg != wu) continue;
       auto region = GatedMatmulRegion::make({.gate_act = node(*act).op, .storage = "f32"});
       if (!region) continue;
-      add_region(*region, {k, *act, *gate, *up}, {mg.inputs[0], mg.inputs[1], mu.inputs[1]},
-                 {as_matrix(a), wg, wu}, mul.outputs[0], node(*act).op + "(matmul) * matmul");
+      add_region(*region, {k, *act, *gate, *up}, {mg.inputs[0], mg.inputs[1], mu.inputs[1]}, {as_matrix(a), wg, wu},
+                 mul.outputs[0], node(*act).op + "(matmul) * matmul");
       return;
     }
   }
@@ -324,8 +324,14 @@ private:
       for (size_t k = 0; k < 3; ++k)
         if (!is_f32(n.inputs[k]) || shape_of(n.inputs[k])->size() != 4) return std::nullopt;
       const double d = static_cast<double>(shape_of(n.inputs[0])->back());
-      return AttentionMatch{{pv}, n.inputs[0], n.inputs[1], n.inputs[2], n.outputs[0], false,
-                            n.attr_float("scale", 1.0 / std::sqrt(d)), n.attr_int("is_causal", 0) != 0};
+      return AttentionMatch{{pv},
+                            n.inputs[0],
+                            n.inputs[1],
+                            n.inputs[2],
+                            n.outputs[0],
+                            false,
+                            n.attr_float("scale", 1.0 / std::sqrt(d)),
+                            n.attr_int("is_causal", 0) != 0};
     }
     if (n.op != "matmul") return std::nullopt;
     AttentionMatch m;
@@ -397,9 +403,8 @@ private:
     if (!region) return;
     std::string ops = node(k).op == "attention" ? "attention op" : "matmul(Q, K^T)";
     if (node(k).op != "attention") {
-      if (std::find_if(m->nodes.begin(), m->nodes.end(), [&](size_t n) {
-            return node(n).op == "mul" || node(n).op == "div";
-          }) != m->nodes.end())
+      if (std::find_if(m->nodes.begin(), m->nodes.end(),
+                       [&](size_t n) { return node(n).op == "mul" || node(n).op == "div"; }) != m->nodes.end())
         ops += " * scale";
       ops += " + softmax + matmul(P, V)";
     }
@@ -416,7 +421,8 @@ private:
       for (size_t i = 0; i < comp.size() && comp.size() < static_cast<size_t>(PointwiseGraph::kMaxOps); ++i) {
         for (const auto& in : node(comp[i]).inputs) {
           auto p = free_producer(in);
-          if (!p || in_comp.count(*p) || reserved_[*p] || !is_pointwise(node(*p).op) || !is_f32(in) || outputs_.count(in))
+          if (!p || in_comp.count(*p) || reserved_[*p] || !is_pointwise(node(*p).op) || !is_f32(in) ||
+              outputs_.count(in))
             continue;
           bool all_inside = true;
           for (auto c : consumers_.at(in)) all_inside = all_inside && in_comp.count(c);
@@ -488,24 +494,29 @@ private:
   std::string why_unfused(size_t k) const {
     const Node& n = node(k);
     if (!n.outputs.empty() && !is_f32(n.outputs[0]))
-      return "computes " + std::string(types_.count(n.outputs[0]) ? elem_type_name(types_.at(n.outputs[0]).type) : "?") +
+      return "computes " +
+             std::string(types_.count(n.outputs[0]) ? elem_type_name(types_.at(n.outputs[0]).type) : "?") +
              " values (shapes, indices, masks) or an empty tensor: runs natively";
     if (n.op == "matmul") {
       const Shape* b = shape_of(n.inputs[1]);
-      if (b && b->size() != 2) return "batched matmul (B has rank " + std::to_string(b->size()) + "): GEMM regions take a [K, N] weight";
+      if (b && b->size() != 2)
+        return "batched matmul (B has rank " + std::to_string(b->size()) + "): GEMM regions take a [K, N] weight";
       return "matmul whose A is not a matrix";
     }
     if (n.op == "layer_norm" || n.op == "rmsnorm" || n.op == "softmax")
       return last_axis(n, n.inputs[0]) ? "bare norm with nothing to fuse, or its gamma/beta are not [N] vectors"
                                        : "normalises over more than the last axis";
-    if (n.op == "attention") return "attention with a mask, past KV, softcap, 3-D heads or extra outputs: the attention region has none of these";
+    if (n.op == "attention")
+      return "attention with a mask, past KV, softcap, 3-D heads or extra outputs: the attention region has none of "
+             "these";
     if (is_pointwise(n.op)) {
       const auto& out = n.outputs[0];
       if (!single_use(out) && consumers_.count(out) && consumers_.at(out).size() > 1)
         return "lone pointwise op whose result has " + std::to_string(consumers_.at(out).size()) + " consumers";
       return "lone pointwise op (a pointwise region needs 2-32 ops with one exit)";
     }
-    if (n.op.rfind("reduce_", 0) == 0) return "reduction not over the last axis alone, or with no pointwise op before it";
+    if (n.op.rfind("reduce_", 0) == 0)
+      return "reduction not over the last axis alone, or with no pointwise op before it";
     return "no region kind covers '" + n.op + "': runs natively";
   }
 };

@@ -1,4 +1,5 @@
 // Import-time simplification: constant folding, shape-query folding, dead-node removal.
+#include <optional>
 #include <set>
 
 #include "fusor/graph_exec.hpp"
@@ -28,6 +29,15 @@ Status fold_pass(Graph& g, const std::map<std::string, ValueType>* types, bool& 
         continue;
       }
     }
+    if (node.op == "cast_like" && types && node.inputs.size() == 2 && g.constants.count(node.inputs[0]) &&
+        types->count(node.inputs[1])) {
+      const GraphTensor like = GraphTensor::zeros(types->at(node.inputs[1]).type, {0});
+      const GraphTensor* args2[] = {&g.constants.at(node.inputs[0]), &like};
+      FUSOR_TRY_ASSIGN(std::vector<GraphTensor> out, run_native_node(node, args2));
+      g.constants[node.outputs[0]] = std::move(out[0]);
+      changed = true;
+      continue;
+    }
     bool all_const = native_op_known(node.op);
     std::vector<const GraphTensor*> args;
     for (const auto& in : node.inputs) {
@@ -52,6 +62,34 @@ Status fold_pass(Graph& g, const std::map<std::string, ValueType>* types, bool& 
   return {};
 }
 
+// identity, and casts to the type a value already has, forward their input: consumers read
+// the input directly (a graph output keeps its node, since its name must survive).
+bool forward_trivial(Graph& g, const std::map<std::string, ValueType>* types) {
+  std::map<std::string, std::string> alias;
+  std::set<std::string> outs(g.outputs.begin(), g.outputs.end());
+  auto type_of = [&](const std::string& v) -> std::optional<ElemType> {
+    if (auto c = g.constants.find(v); c != g.constants.end()) return c->second.type;
+    if (types)
+      if (auto t = types->find(v); t != types->end()) return t->second.type;
+    return std::nullopt;
+  };
+  bool changed = false;
+  for (auto& node : g.nodes) {
+    for (auto& in : node.inputs)
+      if (auto a = alias.find(in); a != alias.end()) in = a->second;
+    if (node.outputs.empty() || node.inputs.empty() || node.inputs[0].empty() || outs.count(node.outputs[0])) continue;
+    bool trivial = node.op == "identity";
+    const auto src = type_of(node.inputs[0]);
+    if (node.op == "cast" && src) trivial = elem_type_name(*src) == node.attr_string("to", "");
+    if (node.op == "cast_like" && src && node.inputs.size() == 2) trivial = src == type_of(node.inputs[1]);
+    if (trivial) {
+      alias[node.outputs[0]] = node.inputs[0];
+      changed = true;
+    }
+  }
+  return changed;
+}
+
 void remove_dead(Graph& g) {
   std::set<std::string> live(g.outputs.begin(), g.outputs.end());
   std::vector<Node> kept;
@@ -63,7 +101,8 @@ void remove_dead(Graph& g) {
     kept.insert(kept.begin(), std::move(*it));
   }
   g.nodes = std::move(kept);
-  for (auto it = g.constants.begin(); it != g.constants.end();) it = live.count(it->first) ? std::next(it) : g.constants.erase(it);
+  for (auto it = g.constants.begin(); it != g.constants.end();)
+    it = live.count(it->first) ? std::next(it) : g.constants.erase(it);
 }
 
 } // namespace
@@ -88,6 +127,7 @@ Status fold_graph(Graph& graph) {
   for (int round = 0; changed && round < 8; ++round) {
     changed = false;
     FUSOR_TRY(fold_pass(graph, nullptr, changed));
+    changed = forward_trivial(graph, nullptr) || changed;
     remove_dead(graph);
     if (!shapes_known(graph)) break;
     // Shape queries over computed values: their shapes come from one run on zeros. A graph
@@ -95,6 +135,8 @@ Status fold_graph(Graph& graph) {
     auto types = infer_value_types(graph);
     if (!types) break;
     FUSOR_TRY(fold_pass(graph, &*types, changed));
+    changed = forward_trivial(graph, &*types) || changed;
+    remove_dead(graph);
   }
   remove_dead(graph);
   return {};

@@ -117,12 +117,12 @@ Status validate_graph(const Graph& graph) {
   for (const auto& node : graph.nodes) {
     for (const auto& in : node.inputs)
       if (!in.empty() && !defined.count(in))
-        return make_error(ErrorCode::graph_invalid, node.label() + " reads '" + in + "', which is not defined before it");
+        return make_error(ErrorCode::graph_invalid,
+                          node.label() + " reads '" + in + "', which is not defined before it");
     for (const auto& out : node.outputs) FUSOR_TRY(define(out, node.label()));
   }
   for (const auto& out : graph.outputs)
-    if (!defined.count(out))
-      return make_error(ErrorCode::graph_invalid, "graph output '" + out + "' is never defined");
+    if (!defined.count(out)) return make_error(ErrorCode::graph_invalid, "graph output '" + out + "' is never defined");
   return {};
 }
 

@@ -363,13 +363,15 @@ std::string print_graph(const Graph& g, const PrintOptions& options) {
     }
     os << "[";
     for (std::int64_t k = 0; k < n; ++k)
-      os << (k ? ", " : "") << (t.type == ElemType::f32 ? num(t.f[static_cast<size_t>(k)]) : std::to_string(t.i[static_cast<size_t>(k)]));
+      os << (k ? ", " : "")
+         << (t.type == ElemType::f32 ? num(t.f[static_cast<size_t>(k)]) : std::to_string(t.i[static_cast<size_t>(k)]));
     os << "]\n";
   }
   for (const auto& node : g.nodes) {
     for (size_t k = 0; k < node.outputs.size(); ++k) os << (k ? ", " : "") << quote(node.outputs[k]);
     os << " = " << node.op << "(";
-    for (size_t k = 0; k < node.inputs.size(); ++k) os << (k ? ", " : "") << (node.inputs[k].empty() ? "_" : quote(node.inputs[k]));
+    for (size_t k = 0; k < node.inputs.size(); ++k)
+      os << (k ? ", " : "") << (node.inputs[k].empty() ? "_" : quote(node.inputs[k]));
     if (!node.attrs.empty()) {
       os << "; ";
       bool first = true;
@@ -401,8 +403,8 @@ Expected<Graph> parse_graph(std::string_view text) {
     Cursor c{std::move(toks)};
     if (c.peek().kind == Tok::end) continue;
     const Token head = c.peek();
-    const bool keyword = head.kind == Tok::name && c.toks.size() > 1 && !(c.toks[1].kind == Tok::punct &&
-                                                                          (c.toks[1].text == "=" || c.toks[1].text == ","));
+    const bool keyword = head.kind == Tok::name && c.toks.size() > 1 &&
+                         !(c.toks[1].kind == Tok::punct && (c.toks[1].text == "=" || c.toks[1].text == ","));
     if (keyword && head.text == "graph") {
       c.take();
       if (named) return line.err(head.col, "a second 'graph' line");
@@ -432,7 +434,8 @@ Expected<Graph> parse_graph(std::string_view text) {
     }
     if (c.peek().kind != Tok::end) return line.expected(c.peek(), "end of line");
   }
-  if (!has_output) return make_error(ErrorCode::parse, " at " + std::to_string(line_no) + ":1: expected an 'output' line");
+  if (!has_output)
+    return make_error(ErrorCode::parse, " at " + std::to_string(line_no) + ":1: expected an 'output' line");
   if (Status s = validate_graph(g); !s) return s.error();
   return g;
 }

@@ -97,10 +97,18 @@ Outs binary(const Node& node, const GraphTensor& a, const GraphTensor& b) {
       bool r;
       if (ints) {
         const auto x = a.i[static_cast<size_t>(off[0])], z = b.i[static_cast<size_t>(off[1])];
-        r = op == "equal" ? x == z : op == "less" ? x < z : op == "less_equal" ? x <= z : op == "greater" ? x > z : x >= z;
+        r = op == "equal"        ? x == z
+            : op == "less"       ? x < z
+            : op == "less_equal" ? x <= z
+            : op == "greater"    ? x > z
+                                 : x >= z;
       } else {
         const double x = a.at(off[0]), z = b.at(off[1]);
-        r = op == "equal" ? x == z : op == "less" ? x < z : op == "less_equal" ? x <= z : op == "greater" ? x > z : x >= z;
+        r = op == "equal"        ? x == z
+            : op == "less"       ? x < z
+            : op == "less_equal" ? x <= z
+            : op == "greater"    ? x > z
+                                 : x >= z;
       }
       y.i[static_cast<size_t>(k)] = r ? 1 : 0;
     });
@@ -130,8 +138,9 @@ Outs binary(const Node& node, const GraphTensor& a, const GraphTensor& b) {
     });
     return std::vector<GraphTensor>{std::move(y)};
   }
-  if (a.type != b.type) return bad(node, "inputs have different dtypes (" + std::string(elem_type_name(a.type)) + ", " +
-                                            std::string(elem_type_name(b.type)) + ")");
+  if (a.type != b.type)
+    return bad(node, "inputs have different dtypes (" + std::string(elem_type_name(a.type)) + ", " +
+                         std::string(elem_type_name(b.type)) + ")");
   if (op == "mod") {
     const bool fmod = node.attr_int("fmod", 0) != 0;
     GraphTensor y = GraphTensor::zeros(a.type, bc.out);
@@ -167,8 +176,8 @@ Outs binary(const Node& node, const GraphTensor& a, const GraphTensor& b) {
       for (size_t k = 0; k < y.f.size(); ++k) y.f[k] = static_cast<float>(info.reference(a.f[k], b.f[k]));
     } else {
       bc.for_each([&](std::int64_t k, const std::int64_t* off) {
-        y.f[static_cast<size_t>(k)] = static_cast<float>(
-            info.reference(a.f[static_cast<size_t>(off[0])], b.f[static_cast<size_t>(off[1])]));
+        y.f[static_cast<size_t>(k)] =
+            static_cast<float>(info.reference(a.f[static_cast<size_t>(off[0])], b.f[static_cast<size_t>(off[1])]));
       });
     }
     return std::vector<GraphTensor>{std::move(y)};

@@ -11,7 +11,7 @@
 namespace fusor::graph_kernels {
 namespace {
 
-constexpr std::string_view kNames[] = {"matmul",     "softmax",     "layer_norm", "rmsnorm",   "reduce_sum",
+constexpr std::string_view kNames[] = {"matmul",      "softmax",    "layer_norm", "rmsnorm",  "reduce_sum",
                                        "reduce_mean", "reduce_max", "reduce_min", "attention"};
 
 Outs one(GraphTensor t) { return std::vector<GraphTensor>{std::move(t)}; }
@@ -265,7 +265,8 @@ Outs run_attention(const Node& node, Ins in) {
     for (std::int64_t b = 0; b < B; ++b)
       for (std::int64_t h = 0; h < Hq; ++h)
         for (std::int64_t s = 0; s < S; ++s) {
-          const std::int64_t base = (m4[0] == 1 ? 0 : b) * st[0] + (m4[1] == 1 ? 0 : h) * st[1] + (m4[2] == 1 ? 0 : s) * st[2];
+          const std::int64_t base =
+              (m4[0] == 1 ? 0 : b) * st[0] + (m4[1] == 1 ? 0 : h) * st[1] + (m4[2] == 1 ? 0 : s) * st[2];
           double* row = bias.data() + ((b * Hq + h) * S + s) * T;
           for (std::int64_t t = 0; t < T; ++t) {
             if (t >= mt) {
@@ -361,8 +362,10 @@ Outs run_nn_op(const Node& node, Ins in) {
   if (op == "layer_norm") return run_norm(node, in, RowNorm::layer_norm);
   if (op == "rmsnorm") return run_norm(node, in, RowNorm::rmsnorm);
   if (op == "attention") return run_attention(node, in);
-  const std::pair<std::string_view, ReduceOp> reduces[] = {
-      {"reduce_sum", ReduceOp::sum}, {"reduce_mean", ReduceOp::mean}, {"reduce_max", ReduceOp::amax}, {"reduce_min", ReduceOp::amin}};
+  const std::pair<std::string_view, ReduceOp> reduces[] = {{"reduce_sum", ReduceOp::sum},
+                                                           {"reduce_mean", ReduceOp::mean},
+                                                           {"reduce_max", ReduceOp::amax},
+                                                           {"reduce_min", ReduceOp::amin}};
   for (auto [name, r] : reduces)
     if (op == name) return run_reduce(node, in, r);
   return bad(node, "unknown op");

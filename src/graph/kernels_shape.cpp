@@ -9,9 +9,9 @@
 namespace fusor::graph_kernels {
 namespace {
 
-constexpr std::string_view kNames[] = {"shape",  "size",  "reshape", "flatten",           "transpose", "unsqueeze",
-                                       "squeeze", "concat", "gather", "expand", "slice", "range", "constant_of_shape",
-                                       "pad"};
+constexpr std::string_view kNames[] = {
+    "shape",  "size",   "reshape", "flatten", "transpose", "unsqueeze",         "squeeze",
+    "concat", "gather", "expand",  "slice",   "range",     "constant_of_shape", "pad"};
 
 void put(GraphTensor& dst, std::int64_t dk, const GraphTensor& src, std::int64_t sk) {
   if (dst.type == ElemType::f32)
@@ -65,8 +65,8 @@ Outs run_reshape(const Node& node, const GraphTensor& x, const GraphTensor& spec
     out[static_cast<size_t>(infer)] = n / known;
   }
   if (shape_numel(out) != n)
-    return shape(node, "cannot reshape " + shape_str(x.shape) + " (" + std::to_string(n) + " elements) to " +
-                           shape_str(out));
+    return shape(node,
+                 "cannot reshape " + shape_str(x.shape) + " (" + std::to_string(n) + " elements) to " + shape_str(out));
   return one(with_shape(x, out));
 }
 
@@ -78,7 +78,8 @@ Outs run_transpose(const Node& node, const GraphTensor& x) {
   } else {
     for (size_t d = rank; d-- > 0;) perm.push_back(static_cast<std::int64_t>(d));
   }
-  if (perm.size() != rank) return bad(node, "perm has " + std::to_string(perm.size()) + " entries for rank " + std::to_string(rank));
+  if (perm.size() != rank)
+    return bad(node, "perm has " + std::to_string(perm.size()) + " entries for rank " + std::to_string(rank));
   std::vector<bool> seen(rank, false);
   Broadcast b;
   const auto st = strides_of(x.shape);
@@ -151,8 +152,9 @@ Outs run_concat(const Node& node, Ins in) {
     bool ok = static_cast<std::int64_t>(t->shape.size()) == rank;
     for (std::int64_t d = 0; ok && d < rank; ++d)
       ok = d == axis || t->shape[static_cast<size_t>(d)] == first.shape[static_cast<size_t>(d)];
-    if (!ok) return shape(node, "cannot concatenate " + shape_str(t->shape) + " with " + shape_str(first.shape) +
-                                    " along axis " + std::to_string(axis));
+    if (!ok)
+      return shape(node, "cannot concatenate " + shape_str(t->shape) + " with " + shape_str(first.shape) +
+                             " along axis " + std::to_string(axis));
     out[static_cast<size_t>(axis)] += t->shape[static_cast<size_t>(axis)];
   }
   GraphTensor y = GraphTensor::zeros(first.type, out);
@@ -329,7 +331,9 @@ Outs run_pad(const Node& node, Ins in) {
 
 std::vector<std::string_view> shape_op_names() { return {std::begin(kNames), std::end(kNames)}; }
 
-bool is_shape_op(std::string_view op) { return std::find(std::begin(kNames), std::end(kNames), op) != std::end(kNames); }
+bool is_shape_op(std::string_view op) {
+  return std::find(std::begin(kNames), std::end(kNames), op) != std::end(kNames);
+}
 
 Outs run_shape_op(const Node& node, Ins in) {
   const std::string& op = node.op;

@@ -28,8 +28,8 @@ Status run_region(const DiscoveredRegion& r, size_t index, ValueMap& values, Gra
     return make_error(out.error().code, std::string(region_kind_name(region_kind(r.region))) + " region (" + r.ops +
                                             "): " + out.error().message);
   if (out->output.numel() != shape_numel(r.output_shape))
-    return make_error(ErrorCode::internal, "region output " + shape_str(out->output.shape) + " does not fit " +
-                                               shape_str(r.output_shape));
+    return make_error(ErrorCode::internal,
+                      "region output " + shape_str(out->output.shape) + " does not fit " + shape_str(r.output_shape));
   values[r.output] = GraphTensor::f32(r.output_shape, std::move(out->output.data));
   run.regions.push_back({index, out->tag, out->time_ms, out->verified, out->note});
   return {};
@@ -54,8 +54,8 @@ Expected<GraphRun> execute_graph(const Graph& graph, const Discovery& discovery,
     auto it = inputs.find(in.name);
     if (it == inputs.end()) return make_error(ErrorCode::bad_argument, "graph input '" + in.name + "' was not given");
     if (it->second.type != in.type)
-      return make_error(ErrorCode::bad_argument, "graph input '" + in.name + "' must be " +
-                                                     std::string(elem_type_name(in.type)));
+      return make_error(ErrorCode::bad_argument,
+                        "graph input '" + in.name + "' must be " + std::string(elem_type_name(in.type)));
     for (size_t d = 0; d < in.shape.size(); ++d)
       if (in.shape.size() != it->second.shape.size() || (in.shape[d] >= 0 && in.shape[d] != it->second.shape[d]))
         return make_error(ErrorCode::shape_mismatch, "graph input '" + in.name + "' expects shape " +
@@ -65,7 +65,8 @@ Expected<GraphRun> execute_graph(const Graph& graph, const Discovery& discovery,
   std::vector<const GraphTensor*> args;
   for (size_t k = 0; k < graph.nodes.size(); ++k) {
     if (finishes[k] >= 0) {
-      FUSOR_TRY(run_region(discovery.regions[static_cast<size_t>(finishes[k])], static_cast<size_t>(finishes[k]), values, run));
+      FUSOR_TRY(run_region(discovery.regions[static_cast<size_t>(finishes[k])], static_cast<size_t>(finishes[k]),
+                           values, run));
       continue;
     }
     if (covered[k]) continue;

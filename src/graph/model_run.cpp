@@ -74,9 +74,15 @@ struct Verdict {
 // this cheap after the first run).
 Verdict verdict_for(const Region& region, const RegionRun& run) {
   if (run.tag == "reference") return {"declined -> reference (" + run.note + ")"};
-  const Target* target = dispatch_target();
+  // The lane the arbiter chose: candidates are named after the lane tag they run under.
+  const Candidate* lane = nullptr;
+  const Target* target = nullptr;
+  for (const Candidate* c : builtin_registry().candidates("", region_kind(region)))
+    if (c->name == run.tag) lane = c;
+  if (lane) target = builtin_registry().target(lane->target);
+  if (!target) target = dispatch_target();
   if (!target) return {"no target"};
-  auto src = target->emit(region, {});
+  auto src = lane && lane->emit ? lane->emit(region, {}) : target->emit(region, {});
   if (!src) return {"emit: " + src.error().str()};
   auto art = target->compile(*src);
   if (!art) return {"compile: " + art.error().str()};
@@ -129,13 +135,14 @@ OrtResult run_onnxruntime(const Graph& g, const ValueMap& inputs, const std::str
   std::string model = model_path;
   if (model.empty()) {
     model = (dir / "model.onnx").string();
-    std::ofstream(model, std::ios::binary).write(reinterpret_cast<const char*>(model_bytes.data()),
-                                                static_cast<std::streamsize>(model_bytes.size()));
+    std::ofstream(model, std::ios::binary)
+        .write(reinterpret_cast<const char*>(model_bytes.data()), static_cast<std::streamsize>(model_bytes.size()));
   }
   for (size_t k = 0; k < g.inputs.size(); ++k) {
     const GraphTensor& t = inputs.at(g.inputs[k].name);
-    const Status s = t.type == ElemType::f32 ? write_npy(dir / ("in" + std::to_string(k) + ".npy"), t.to_tensor())
-                                             : write_npy(dir / ("in" + std::to_string(k) + ".npy"), t.to_tensor(), NpyDType::i64);
+    const Status s = t.type == ElemType::f32
+                         ? write_npy(dir / ("in" + std::to_string(k) + ".npy"), t.to_tensor())
+                         : write_npy(dir / ("in" + std::to_string(k) + ".npy"), t.to_tensor(), NpyDType::i64);
     if (!s) return {"onnxruntime: " + s.error().str(), {}, 0};
   }
   auto r = run_process({"python3", "-c", kOrtScript, model, dir.string(), std::to_string(repeats)},
@@ -178,7 +185,8 @@ int run_model(const ModelRunOptions& o, std::ostream& out, std::ostream& err) {
     err << "fusor run: " << (embedded ? std::string(kDefaultModelName) : o.model) << ": " << e.str() << "\n";
     return 2;
   };
-  auto loaded = embedded ? import_onnx_bytes(default_model_bytes(), std::string(kDefaultModelName)) : load_model(o.model);
+  auto loaded =
+      embedded ? import_onnx_bytes(default_model_bytes(), std::string(kDefaultModelName)) : load_model(o.model);
   if (!loaded) return fail(loaded.error());
   Graph g = std::move(*loaded);
   auto inputs = make_inputs(g, o);
@@ -193,8 +201,8 @@ int run_model(const ModelRunOptions& o, std::ostream& out, std::ostream& err) {
 
   out << "model: " << name << ": " << g.inputs.size() << " input(s), " << g.outputs.size() << " output(s), "
       << g.nodes.size() << " ops after import\n";
-  out << "target: " << (target ? target->name : std::string("none (reference evaluator)")) << "; "
-      << d.regions.size() << " region(s), " << d.unfused.size() << " op(s) left to native kernels\n";
+  out << "target: " << (target ? target->name : std::string("none (reference evaluator)")) << "; " << d.regions.size()
+      << " region(s), " << d.unfused.size() << " op(s) left to native kernels\n";
 
   // Warm-up: compiles (or loads from the cache) and verifies every region's kernel.
   auto warm = execute_graph(g, d, *inputs);
@@ -233,7 +241,8 @@ int run_model(const ModelRunOptions& o, std::ostream& out, std::ostream& err) {
     const double fused = median(region_fused[k]), unfused = median(region_unfused[k]);
     out << fmt::format("  #{} {:<16} {}\n", k + 1, region_kind_name(region_kind(r.region)), r.ops);
     out << fmt::format("     lane {}{}; {}; fused {:.3f} ms vs unfused {:.3f} ms: {:.2f}x\n", rr ? rr->tag : "?",
-                       rr && rr->verified ? " (verified)" : "", v.text, fused, unfused, fused > 0 ? unfused / fused : 0.0);
+                       rr && rr->verified ? " (verified)" : "", v.text, fused, unfused,
+                       fused > 0 ? unfused / fused : 0.0);
   }
   if (!d.unfused.empty()) {
     out << "native ops:\n";
@@ -268,7 +277,8 @@ int run_model(const ModelRunOptions& o, std::ostream& out, std::ostream& err) {
     fs::create_directories(o.out_dir, ec);
     for (const auto& name_out : g.outputs) {
       std::string file = name_out;
-      std::replace_if(file.begin(), file.end(), [](char c) { return c == '/' || c == ':' || c == '\\'; }, '_');
+      std::replace_if(
+          file.begin(), file.end(), [](char c) { return c == '/' || c == ':' || c == '\\'; }, '_');
       const fs::path p = fs::path(o.out_dir) / (file + ".npy");
       if (Status s = write_npy(p, fused_run->values.at(name_out).to_tensor()); !s) return fail(s.error());
       out << "wrote " << p.string() << "\n";

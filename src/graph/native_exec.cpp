@@ -20,8 +20,8 @@ Status arity(const Node& node, Ins in, size_t min, size_t max) {
   size_t present_min = 0;
   for (size_t k = 0; k < std::min(in.size(), min); ++k) present_min += in[k] != nullptr;
   if (in.size() < min || present_min < min || in.size() > max)
-    return bad(node, "takes " + std::to_string(min) + (max == min ? "" : ".." + std::to_string(max)) +
-                         " inputs, got " + std::to_string(in.size()));
+    return bad(node, "takes " + std::to_string(min) + (max == min ? "" : ".." + std::to_string(max)) + " inputs, got " +
+                         std::to_string(in.size()));
   return {};
 }
 
@@ -111,7 +111,8 @@ Expected<ValueMap> run_graph_native(const Graph& graph, const ValueMap& inputs) 
         continue;
       }
       auto it = values.find(name);
-      if (it == values.end()) return make_error(ErrorCode::graph_invalid, node.label() + " reads undefined '" + name + "'");
+      if (it == values.end())
+        return make_error(ErrorCode::graph_invalid, node.label() + " reads undefined '" + name + "'");
       args.push_back(&it->second);
     }
     FUSOR_TRY_ASSIGN(std::vector<GraphTensor> outs, run_native_node(node, args));

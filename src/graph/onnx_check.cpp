@@ -47,7 +47,8 @@ TestResult from_error(const Error& e) {
     const auto end = at == std::string::npos ? at : m.find(';', at);
     if (end == std::string::npos) return {Outcome::skip, "skipped: " + m};
     const auto start = m.rfind(": ", at);
-    const std::string where = m.substr(start == std::string::npos ? 0 : start + 2, at + 1 - (start == std::string::npos ? 0 : start + 2));
+    const std::string where =
+        m.substr(start == std::string::npos ? 0 : start + 2, at + 1 - (start == std::string::npos ? 0 : start + 2));
     return {Outcome::skip, "skipped: " + m.substr(at + 5, end - at - 5) + " (" + where + ")"};
   }
   return failed(e.str());
@@ -124,9 +125,11 @@ bool outputs_match(const GraphTensor& got, const GraphTensor& want, double rtol,
   return true;
 }
 
-Expected<OnnxCheckSummary> check_onnx(std::span<const fs::path> paths, const OnnxCheckOptions& options, std::ostream& out) {
+Expected<OnnxCheckSummary> check_onnx(std::span<const fs::path> paths, const OnnxCheckOptions& options,
+                                      std::ostream& out) {
   if (!onnx_import_available())
-    return make_error(ErrorCode::onnx_unavailable, "this fusor was built without libonnx; check-onnx cannot read models");
+    return make_error(ErrorCode::onnx_unavailable,
+                      "this fusor was built without libonnx; check-onnx cannot read models");
   std::vector<fs::path> tests;
   for (const auto& p : paths) {
     std::error_code ec;

@@ -18,8 +18,8 @@
 namespace fusor {
 
 std::string onnx_dtype_name(int t) {
-  static const char* names[] = {"undefined", "float32", "uint8",    "int8",       "uint16",  "int16",
-                                "int32",     "int64",   "string",   "bool",       "float16", "float64",
+  static const char* names[] = {"undefined", "float32", "uint8",     "int8",       "uint16",  "int16",
+                                "int32",     "int64",   "string",    "bool",       "float16", "float64",
                                 "uint32",    "uint64",  "complex64", "complex128", "bfloat16"};
   if (t >= 0 && t < static_cast<int>(std::size(names))) return names[t];
   switch (t) {
@@ -68,7 +68,8 @@ Expected<ElemType> elem_type(int t, const std::string& what) {
   case onnx::TensorProto_DataType_BOOL: return ElemType::boolean;
   default:
     return make_error(ErrorCode::onnx_unsupported_dtype,
-                      what + " is " + onnx_dtype_name(t) + "; fusor computes in float32 (with int64/bool for shapes and masks)");
+                      what + " is " + onnx_dtype_name(t) +
+                          "; fusor computes in float32 (with int64/bool for shapes and masks)");
   }
 }
 
@@ -80,7 +81,8 @@ template <class T> T read_le(const std::string& raw, size_t k) {
 
 Expected<GraphTensor> convert_tensor(const onnx::TensorProto& t, const std::string& what) {
   if (t.data_location() == onnx::TensorProto_DataLocation_EXTERNAL)
-    return make_error(ErrorCode::graph_invalid, what + " keeps its data in an external file, which fusor does not read");
+    return make_error(ErrorCode::graph_invalid,
+                      what + " keeps its data in an external file, which fusor does not read");
   Shape shape(t.dims().begin(), t.dims().end());
   for (auto d : shape)
     if (d < 0) return make_error(ErrorCode::graph_invalid, what + " has a negative dimension");
@@ -88,8 +90,8 @@ Expected<GraphTensor> convert_tensor(const onnx::TensorProto& t, const std::stri
   const bool raw = t.has_raw_data();
   const std::string& bytes = t.raw_data();
   auto count_error = [&](size_t have) {
-    return make_error(ErrorCode::graph_invalid, what + " of shape " + shape_str(shape) + " holds " + std::to_string(have) +
-                                                    " values, expected " + std::to_string(n));
+    return make_error(ErrorCode::graph_invalid, what + " of shape " + shape_str(shape) + " holds " +
+                                                    std::to_string(have) + " values, expected " + std::to_string(n));
   };
   switch (t.data_type()) {
   case onnx::TensorProto_DataType_FLOAT: {
@@ -103,8 +105,8 @@ Expected<GraphTensor> convert_tensor(const onnx::TensorProto& t, const std::stri
   case onnx::TensorProto_DataType_INT32: {
     const bool i32 = t.data_type() == onnx::TensorProto_DataType_INT32;
     std::vector<std::int64_t> v(n);
-    const size_t have = raw ? bytes.size() / (i32 ? 4 : 8)
-                            : static_cast<size_t>(i32 ? t.int32_data_size() : t.int64_data_size());
+    const size_t have =
+        raw ? bytes.size() / (i32 ? 4 : 8) : static_cast<size_t>(i32 ? t.int32_data_size() : t.int64_data_size());
     if (have != n) return count_error(have);
     for (size_t k = 0; k < n; ++k) {
       const int ki = static_cast<int>(k);
@@ -152,7 +154,8 @@ public:
       g_.inputs.push_back(std::move(gi));
     }
     for (const auto& out : gp.output()) {
-      FUSOR_TRY_ASSIGN(ElemType unused, elem_type(out.type().tensor_type().elem_type(), "graph output '" + out.name() + "'"));
+      FUSOR_TRY_ASSIGN(ElemType unused,
+                       elem_type(out.type().tensor_type().elem_type(), "graph output '" + out.name() + "'"));
       (void)unused;
       g_.outputs.push_back(out.name());
     }
@@ -260,32 +263,58 @@ private:
     FUSOR_TRY(copy_attrs(n, node, k));
 
     static const std::map<std::string, std::string> direct = {
-        {"Add", "add"},           {"Sub", "sub"},
-        {"Mul", "mul"},           {"Div", "div"},
-        {"Relu", "relu"},         {"Sigmoid", "sigmoid"},
-        {"Tanh", "tanh"},         {"Erf", "erf"},
-        {"Exp", "exp"},           {"Log", "log"},
-        {"Sqrt", "sqrt"},         {"Reciprocal", "reciprocal"},
-        {"Neg", "neg"},           {"Abs", "abs"},
-        {"Sign", "sign"},         {"Softplus", "softplus"},
-        {"Pow", "pow"},           {"Mod", "mod"},
-        {"MatMul", "matmul"},     {"Softmax", "softmax"},
-        {"LayerNormalization", "layer_norm"}, {"RMSNormalization", "rmsnorm"},
-        {"Attention", "attention"}, {"ReduceSum", "reduce_sum"},
-        {"ReduceMean", "reduce_mean"}, {"ReduceMax", "reduce_max"},
-        {"ReduceMin", "reduce_min"}, {"Shape", "shape"},
-        {"Size", "size"},         {"Reshape", "reshape"},
-        {"Flatten", "flatten"},   {"Transpose", "transpose"},
-        {"Unsqueeze", "unsqueeze"}, {"Squeeze", "squeeze"},
-        {"Concat", "concat"},     {"Gather", "gather"},
-        {"Expand", "expand"},     {"Slice", "slice"},
-        {"Range", "range"},       {"Pad", "pad"},
-        {"Identity", "identity"}, {"Where", "where"},
-        {"Equal", "equal"},       {"Less", "less"},
-        {"LessOrEqual", "less_equal"}, {"Greater", "greater"},
-        {"GreaterOrEqual", "greater_equal"}, {"And", "and"},
-        {"Or", "or"},             {"Xor", "xor"},
-        {"Not", "not"},           {"CastLike", "cast_like"},
+        {"Add", "add"},
+        {"Sub", "sub"},
+        {"Mul", "mul"},
+        {"Div", "div"},
+        {"Relu", "relu"},
+        {"Sigmoid", "sigmoid"},
+        {"Tanh", "tanh"},
+        {"Erf", "erf"},
+        {"Exp", "exp"},
+        {"Log", "log"},
+        {"Sqrt", "sqrt"},
+        {"Reciprocal", "reciprocal"},
+        {"Neg", "neg"},
+        {"Abs", "abs"},
+        {"Sign", "sign"},
+        {"Softplus", "softplus"},
+        {"Pow", "pow"},
+        {"Mod", "mod"},
+        {"MatMul", "matmul"},
+        {"Softmax", "softmax"},
+        {"LayerNormalization", "layer_norm"},
+        {"RMSNormalization", "rmsnorm"},
+        {"Attention", "attention"},
+        {"ReduceSum", "reduce_sum"},
+        {"ReduceMean", "reduce_mean"},
+        {"ReduceMax", "reduce_max"},
+        {"ReduceMin", "reduce_min"},
+        {"Shape", "shape"},
+        {"Size", "size"},
+        {"Reshape", "reshape"},
+        {"Flatten", "flatten"},
+        {"Transpose", "transpose"},
+        {"Unsqueeze", "unsqueeze"},
+        {"Squeeze", "squeeze"},
+        {"Concat", "concat"},
+        {"Gather", "gather"},
+        {"Expand", "expand"},
+        {"Slice", "slice"},
+        {"Range", "range"},
+        {"Pad", "pad"},
+        {"Identity", "identity"},
+        {"Where", "where"},
+        {"Equal", "equal"},
+        {"Less", "less"},
+        {"LessOrEqual", "less_equal"},
+        {"Greater", "greater"},
+        {"GreaterOrEqual", "greater_equal"},
+        {"And", "and"},
+        {"Or", "or"},
+        {"Xor", "xor"},
+        {"Not", "not"},
+        {"CastLike", "cast_like"},
         {"Dropout", "identity"},
     };
     if (auto it = direct.find(t); it != direct.end()) {
@@ -333,7 +362,7 @@ private:
     if (t == "Gemm") return import_gemm(n, node);
     if (t == "Swish" || t == "HardSigmoid" || t == "HardSwish") return import_gate(n, node);
     return make_error(ErrorCode::onnx_unsupported_op,
-                      label(n, k) + ": op '" + t + "' is not supported (see `fusor check-onnx --help` for the list)");
+                      label(n, k) + ": op '" + t + "' is not supported by the ONNX importer");
   }
 
   // Y = alpha · op(A) op(B) + beta · C  →  [transpose] → matmul → [mul alpha] → [add beta·C]
@@ -413,7 +442,8 @@ Expected<Graph> import_onnx_bytes(std::span<const unsigned char> bytes, const st
 
 Expected<Graph> import_onnx_file(const std::filesystem::path& path) {
   FUSOR_TRY_ASSIGN(std::string bytes, read_bytes(path));
-  auto g = import_onnx_bytes(std::span(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size()), path.string());
+  auto g =
+      import_onnx_bytes(std::span(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size()), path.string());
   if (!g) return make_error(g.error().code, path.filename().string() + ": " + g.error().message);
   return g;
 }

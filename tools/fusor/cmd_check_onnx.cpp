@@ -15,8 +15,8 @@ Command add_check_onnx_command(CLI::App& app) {
     bool native = false;
   };
   auto o = std::make_shared<Options>();
-  CLI::App* sub = app.add_subcommand("check-onnx", "Run ONNX node-test directories (model.onnx, test_data_set_*/\n"
-                                                   "input_N.pb -> output_N.pb) through fusor and compare outputs");
+  CLI::App* sub =
+      app.add_subcommand("check-onnx", "Run ONNX node-test directories and compare with their expected outputs");
   sub->add_option("DIR", o->dirs, "A node-test directory, or a directory of them")->required();
   sub->add_option("--rtol", o->check.rtol, "Relative tolerance (default 1e-3)");
   sub->add_option("--atol", o->check.atol, "Absolute tolerance (default 1e-5)");

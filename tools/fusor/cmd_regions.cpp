@@ -16,8 +16,8 @@ Command add_regions_command(CLI::App& app) {
     bool print_graph = false;
   };
   auto o = std::make_shared<Options>();
-  CLI::App* sub = app.add_subcommand("regions", "List the regions discovered in a model (ONNX or op-graph text)\n"
-                                                "and each op left unfused with the reason");
+  CLI::App* sub =
+      app.add_subcommand("regions", "List the regions discovered in a model and why each other op stays unfused");
   sub->add_option("MODEL", o->model, "A .onnx model or an op-graph text file (.graph)")->required();
   sub->add_flag("--graph", o->print_graph, "Also print the imported op graph (large constants elided)");
   sub->footer("Discovery order: gated matmuls, matmul chains, norm chains, attention, pointwise DAGs; only\n"

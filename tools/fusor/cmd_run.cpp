@@ -12,6 +12,7 @@
 #include "cli_lanes.hpp"
 #include "commands.hpp"
 #include "fusor/arbiter.hpp"
+#include "fusor/model_run.hpp"
 #include "examples.hpp"
 #include "fusor/npy.hpp"
 #include "fusor/operand_gen.hpp"
@@ -27,7 +28,21 @@ struct RunOptions {
   std::string out;
   int region = 0; // 0: not given
   LaneFlags lanes;
+  bool examples = false;
 };
+
+bool is_model_file(const std::string& file) {
+  auto ends = [&](std::string_view ext) { return file.size() >= ext.size() && file.ends_with(ext); };
+  return ends(".onnx") || ends(".graph");
+}
+
+int run_model_file(const RunOptions& o) {
+  ModelRunOptions mo;
+  mo.model = o.file; // empty: the embedded default transformer block
+  mo.inputs = o.inputs;
+  mo.out_dir = o.out;
+  return run_model(mo, std::cout, std::cerr);
+}
 
 // The user's corpus (FUSOR_CORPUS or <cache dir>/corpus.json); none if the path is unusable.
 std::optional<Corpus> user_corpus() {
@@ -163,9 +178,12 @@ int run_examples(const LaneFlags& lanes) {
 Command add_run_command(CLI::App& app) {
   auto o = std::make_shared<RunOptions>();
   CLI::App* sub = app.add_subcommand(
-      "run", "Run regions: with no FILE, the bundled examples on generated inputs (a table); with FILE, one region "
-             "on .npy inputs");
-  sub->add_option("FILE", o->file, "Region text file ('-' reads standard input); omit it to run the bundled examples");
+      "run", "fusor's main job: with no FILE, the embedded default model (a transformer block); with MODEL.onnx or "
+             "MODEL.graph, that model; with a region FILE, one region on .npy inputs");
+  sub->add_option("FILE", o->file,
+                  "MODEL.onnx / MODEL.graph (regions discovered, compiled, verified and run), or a region text file "
+                  "('-' reads standard input); omit it for the embedded default model");
+  sub->add_flag("--examples", o->examples, "Run the bundled example regions (one per kind) as a table instead");
   auto* in =
       sub->add_option("--in", o->inputs, "Operand .npy files, in the region's operand order (below)")->expected(1, -1);
   auto* out = sub->add_option("--out", o->out, "Where to write the output (.npy, f32); optional");
@@ -181,16 +199,20 @@ Command add_run_command(CLI::App& app) {
   sub->add_flag("--no-verify", o->lanes.no_verify,
                 "Run kernels that have no oracle certificate (the lane is then tagged +unverified)");
   sub->footer(operand_order_help() +
-              "With FILE, prints `lane=<lane that ran> time_ms=<kernel time>` and the output shape.\n"
+              "With a region FILE, prints `lane=<lane that ran> time_ms=<kernel time>` and the output shape. With a "
+              "model, --in takes the graph inputs in order and --out names a directory for the outputs.\n"
               "FUSOR_VERBOSE=1 logs every dispatch: each candidate and why it lost.");
   return {sub, [o, in, out, region] {
             if (o->lanes.target != "reference")
               if (auto targets = resolve_targets(o->lanes.target); !targets) return fail("fusor run", targets.error());
-            if (!o->file.empty()) return run_file(*o);
-            if (in->count() + out->count() + region->count() > 0)
-              return fail("fusor run",
-                          make_error(ErrorCode::bad_argument, "--in, --out and --region need a region FILE"));
-            return run_examples(o->lanes);
+            if (o->examples) return run_examples(o->lanes);
+            if (o->file.empty() || is_model_file(o->file)) {
+              if (o->file.empty() && in->count() + out->count() + region->count() > 0)
+                return fail("fusor run",
+                            make_error(ErrorCode::bad_argument, "--in, --out and --region need a region FILE"));
+              return run_model_file(*o);
+            }
+            return run_file(*o);
           }};
 }
 

@@ -22,5 +22,6 @@ Command add_check_onnx_command(CLI::App& app); // cmd_check_onnx.cpp
 Command add_emit_command(CLI::App& app);    // cmd_emit.cpp
 Command add_verify_command(CLI::App& app);  // cmd_verify.cpp
 Command add_explain_command(CLI::App& app); // cmd_explain.cpp
+Command add_bench_command(CLI::App& app);   // cmd_bench.cpp
 
 } // namespace fusor::cli

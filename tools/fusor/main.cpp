@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
       add_emit_command(app),
       add_verify_command(app),
       add_explain_command(app),
+      add_bench_command(app),
   };
 
   // An unknown command gets its own message; CLI11 would call it an unexpected argument.

@@ -301,7 +301,7 @@ static __device__ __forceinline__ void fusor_attention_block(const uint16_t* __r
                                                              uint16_t* smem, bool vec) {
   constexpr int LD = DP + 8;
   uint16_t* Qs = smem;
-  uint16_t* Ks = Qs + BR * LD;
+  uint16_t* Ks = Qs + BR * (128 + 8); /* Q's tile is the largest size so it can hold BR x BC floats later */
   uint16_t* Vs = Ks + 2 * BC * LD;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, t = lane & 3;
   const float scale = @SCALE@;
@@ -425,11 +425,16 @@ static __device__ __forceinline__ void fusor_attention_block(const uint16_t* __r
         }
       }
     } else {
+      /* Q lives in registers now: its tile holds this warp's probabilities */
+      float* P = (float*)Qs + warp * 16 * BC;
 #pragma unroll
+      for (int nt = 0; nt < BC / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) P[((lane >> 2) + (e >> 1) * 8) * BC + nt * 8 + 2 * t + (e & 1)] = s[nt][e];
+      __syncwarp();
+#pragma unroll 1
       for (int kn = 0; kn < BC; ++kn) {
-        const int src = (lane & ~3) | ((kn % 8) / 2);
-        const float p0 = __shfl_sync(0xffffffffu, s[kn / 8][kn % 2], src);
-        const float p1 = __shfl_sync(0xffffffffu, s[kn / 8][2 + kn % 2], src);
+        const float p0 = P[(lane >> 2) * BC + kn], p1 = P[((lane >> 2) + 8) * BC + kn];
         const int64_t key = kbase + kn;
         const bool v0 = key < Nk && key <= row0, v1 = key < Nk && key <= row1;
 #pragma unroll
@@ -441,6 +446,7 @@ static __device__ __forceinline__ void fusor_attention_block(const uint16_t* __r
             if (v1) o[i][2 + e] += p1 * vv;
           }
       }
+      __syncwarp();
     }
     __syncthreads();
   }

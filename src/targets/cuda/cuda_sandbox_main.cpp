@@ -45,7 +45,9 @@ int main(int argc, char** argv) {
   std::vector<std::vector<float>> outputs;
   for (size_t i = 0; i < job->calls.size(); ++i) {
     const std::string call = "call=" + std::to_string(i);
-    auto r = cuda::run_call(**d, **kernel, job->calls[i], {.check_operands = true});
+    cuda::CallOptions options;
+    options.check_operands = true; // a kernel writing into its inputs is reported
+    auto r = cuda::run_call(**d, **kernel, job->calls[i], options);
     if (!r) return stop(kExitIo, "error driver " + call + ": " + r.error().str());
     switch (r->kind) {
     case cuda::CallResult::Kind::ok: break;

@@ -117,8 +117,7 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   s += "      for (int64_t r = 0; r < FUSOR_MR; ++r) { mrow[r] = -INFINITY; lrow[r] = 0.0f; }\n";
   s += "      memset(ob, 0, sizeof(float) * (size_t)(FUSOR_MR * Dv));\n";
   // Top-left causal: query i sees keys 0..i.
-  s += std::string("      const int64_t n_end = ") + (r.causal() ? "(i0 + rows < Nk ? i0 + rows : Nk)" : "Nk") +
-       ";\n";
+  s += std::string("      const int64_t n_end = ") + (r.causal() ? "(i0 + rows < Nk ? i0 + rows : Nk)" : "Nk") + ";\n";
   s += "      const float* restrict vh = vall + kvh * Nk * Dv;\n";
   s += "      for (int64_t n0 = 0; n0 < n_end; n0 += 32) {\n";
   s += "        const int64_t nb = Nk - n0 < 32 ? Nk - n0 : 32;\n";
@@ -132,8 +131,9 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   // Scores and their max over visible keys; vmaxps returns its second operand when either is
   // NaN, so a NaN score never becomes the max (as the scalar renderer's comparison).
   s += "          const __mmask16 k0 = lim >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << lim) - 1u);\n";
-  s += "          const __mmask16 k1 = lim >= 32 ? (__mmask16)0xFFFF : (lim > 16 ? (__mmask16)((1u << (lim - 16)) - 1u) "
-       ": (__mmask16)0);\n";
+  s +=
+      "          const __mmask16 k1 = lim >= 32 ? (__mmask16)0xFFFF : (lim > 16 ? (__mmask16)((1u << (lim - 16)) - 1u) "
+      ": (__mmask16)0);\n";
   s += "          const __m512 vs = _mm512_set1_ps(scale), ninf = _mm512_set1_ps(-INFINITY);\n";
   s += "          const __m512 s0 = _mm512_mul_ps(vs, _mm512_load_ps(srow)), s1 = _mm512_mul_ps(vs, "
        "_mm512_load_ps(srow + 16));\n";
@@ -143,8 +143,8 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   s += "          const float bm = _mm512_reduce_max_ps(mx);\n";
   s += "          const float mo = mrow[rr], mn = mo > bm ? mo : bm;\n";
   s += "          const float dm = mo - mn;\n";
-  s += "          const float alpha = mo == mn ? 1.0f : " + codegen::render_row_norm_accumulate(d, RowNorm::softmax, "dm") +
-       ";\n";
+  s += "          const float alpha = mo == mn ? 1.0f : " +
+       codegen::render_row_norm_accumulate(d, RowNorm::softmax, "dm") + ";\n";
   s += "          float ls = 0.0f;\n";
   s += "          #pragma omp simd reduction(+:ls)\n";
   s += "          for (int j = 0; j < 32; ++j) {\n";

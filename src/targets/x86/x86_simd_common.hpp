@@ -12,7 +12,7 @@
 namespace fusor::x86::simd {
 
 struct Tuning {
-  int mr = 14;  // rows of the register tile (accumulators: mr x 2 zmm)
+  int mr = 14;   // rows of the register tile (accumulators: mr x 2 zmm)
   int kc = 1024; // largest K block (K is split into even blocks no larger)
   int mc = 96;   // target rows of a packed A block (L2)
 };

@@ -17,8 +17,8 @@ namespace simd {
 std::string attention_pv_source(); // x86_simd_attention.cpp
 
 Error unsupported(RegionKind kind, const std::string& reason) {
-  return make_error(ErrorCode::emit_unsupported, "region " + std::string(region_kind_name(kind)) + ", target x86, lane " +
-                                                     std::string(kAvx512Lane) + ": " + reason);
+  return make_error(ErrorCode::emit_unsupported, "region " + std::string(region_kind_name(kind)) +
+                                                     ", target x86, lane " + std::string(kAvx512Lane) + ": " + reason);
 }
 
 } // namespace simd
@@ -148,8 +148,7 @@ Expected<KernelSource> emit_simd(const Region& region, const EmitOptions& option
   if (kind == RegionKind::pointwise || kind == RegionKind::pointwise_reduce) head += simd::pointwise_helpers();
 
   KernelSource src;
-  src.source = head +
-               "int fusor_kernel(const void* const* operands, float* restrict out, const int64_t* dims) {\n" +
+  src.source = head + "int fusor_kernel(const void* const* operands, float* restrict out, const int64_t* dims) {\n" +
                dims_prologue(region, options) + body + "}\n";
   src.entry = "fusor_kernel";
   src.lang = "c";

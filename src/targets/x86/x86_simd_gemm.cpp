@@ -100,7 +100,8 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
   } else if (plan.b_trans) {
     s += "        for (int64_t j = 0; j < w; ++j)\n          for (int64_t k = 0; k < kc; ++k) dst[k * 32 + j] = " +
          ld.load("B", "(c0 + j) * K + pc + k") + ";\n";
-    s += "        for (int64_t k = 0; k < kc; ++k)\n          for (int64_t j = w; j < 32; ++j) dst[k * 32 + j] = 0.0f;\n";
+    s += "        for (int64_t k = 0; k < kc; ++k)\n          for (int64_t j = w; j < 32; ++j) dst[k * 32 + j] = "
+         "0.0f;\n";
   } else {
     s += "        for (int64_t k = 0; k < kc; ++k) {\n          float* restrict dk = dst + k * 32;\n";
     s += "          const " + T + "* restrict src = B + (pc + k) * N + c0;\n";
@@ -128,8 +129,8 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
   s += "        for (int64_t p = p_lo; p < p_hi; ++p)\n          for (int64_t q = 0; q < nq; ++q) {\n";
   s += "            fusor_ukr(kc, ap + q * kc * FUSOR_MR, bp + p * kc * 32, tile);\n";
   s += "            const int64_t r0 = i0 + q * FUSOR_MR, c0 = p * " + CW + ";\n";
-  s += "            const int64_t rows = M - r0 < FUSOR_MR ? M - r0 : FUSOR_MR, cols = N - c0 < " + CW + " ? N - c0 : " +
-       CW + ";\n";
+  s += "            const int64_t rows = M - r0 < FUSOR_MR ? M - r0 : FUSOR_MR, cols = N - c0 < " + CW +
+       " ? N - c0 : " + CW + ";\n";
   s += "            for (int64_t r = 0; r < rows; ++r) {\n";
   s += "              const float* restrict t = tile + r * 32;\n";
   s += "              float* restrict o = out + (r0 + r) * N + c0;\n";
@@ -166,8 +167,7 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
     // The block's rows are final once its last K block is merged (all panels are this item's).
     s += "        if (last && npc == 1)\n          for (int64_t i = i0; i < i0 + mrows; ++i) {\n";
     s += "            float* row = out + i * N;\n";
-    s += row_norm_simd(*plan.reduction, "row", "row", "N", codegen::float_literal(plan.eps), "", "",
-                       "            ");
+    s += row_norm_simd(*plan.reduction, "row", "row", "N", codegen::float_literal(plan.eps), "", "", "            ");
     s += "          }\n";
   }
   s += "      }\n    }\n";

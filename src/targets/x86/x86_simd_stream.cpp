@@ -36,19 +36,19 @@ std::string row_norm_simd(RowNorm norm, const std::string& src, const std::strin
   }
   s += in + "  float s_ = 0.0f;\n";
   s += in + "  #pragma omp simd reduction(+:s_)\n";
-  s += in + "  for (int64_t j_ = 0; j_ < " + n + "; ++j_) { const float d_ = " + src + "[j_] - c_; s_ += " +
-       codegen::render_row_norm_accumulate(d, norm, "d_") + "; }\n";
+  s += in + "  for (int64_t j_ = 0; j_ < " + n + "; ++j_) { const float d_ = " + src +
+       "[j_] - c_; s_ += " + codegen::render_row_norm_accumulate(d, norm, "d_") + "; }\n";
   s += in + "  const float r_ = " + codegen::render_row_norm_factor(d, norm, "s_", "(float)" + n, eps) + ";\n";
   s += in + "  #pragma omp simd\n";
   s += in + "  for (int64_t j_ = 0; j_ < " + n + "; ++j_) {\n";
   s += in + "    const float d_ = " + src + "[j_] - c_;\n";
   s += in + "    float v_ = " + codegen::render_row_norm_output(d, norm, "d_", "r_") + ";\n";
   if (!gamma.empty())
-    s += in + "    const float g_ = " + gamma + "[j_];\n" + in + "    v_ = " + codegen::render_op(d, Op::mul, "v_", "g_") +
-         ";\n";
+    s += in + "    const float g_ = " + gamma + "[j_];\n" + in +
+         "    v_ = " + codegen::render_op(d, Op::mul, "v_", "g_") + ";\n";
   if (!beta.empty())
-    s += in + "    const float b_ = " + beta + "[j_];\n" + in + "    v_ = " + codegen::render_op(d, Op::add, "v_", "b_") +
-         ";\n";
+    s += in + "    const float b_ = " + beta + "[j_];\n" + in +
+         "    v_ = " + codegen::render_op(d, Op::add, "v_", "b_") + ";\n";
   s += in + "    " + dst + "[j_] = v_;\n" + in + "  }\n" + in + "}\n";
   return s;
 }
@@ -137,7 +137,8 @@ std::string pointwise_body(const PointwiseGraphRegion& r) {
   s += "  if (contiguous) {\n";
   s += "    #pragma omp parallel for simd schedule(static)\n";
   s += "    for (int64_t i = 0; i < total; ++i) {\n";
-  s += codegen::render_dag(d, r.graph(), [](int in) { return load_contiguous(in, "i"); }, "v", "      ");
+  s += codegen::render_dag(
+      d, r.graph(), [](int in) { return load_contiguous(in, "i"); }, "v", "      ");
   s += "      out[i] = v;\n    }\n    return 0;\n  }\n";
   // Inputs that are contiguous or repeat the last-axis row: rows of unit-stride vector loops.
   s += "  if (rowwise) {\n";
@@ -151,11 +152,13 @@ std::string pointwise_body(const PointwiseGraphRegion& r) {
   s += "      float* restrict orow = out + o * inner;\n";
   s += "      #pragma omp simd\n";
   s += "      for (int64_t j = 0; j < inner; ++j) {\n";
-  s += codegen::render_dag(d, r.graph(), [](int in) { return "r" + std::to_string(in) + "[j]"; }, "v", "        ");
+  s += codegen::render_dag(
+      d, r.graph(), [](int in) { return "r" + std::to_string(in) + "[j]"; }, "v", "        ");
   s += "        orow[j] = v;\n      }\n    }\n    return 0;\n  }\n";
   s += "  #pragma omp parallel for schedule(static)\n";
   s += "  for (int64_t i = 0; i < total; ++i) {\n";
-  s += codegen::render_dag(d, r.graph(), [](int in) { return load_broadcast(in, "i"); }, "v", "    ");
+  s += codegen::render_dag(
+      d, r.graph(), [](int in) { return load_broadcast(in, "i"); }, "v", "    ");
   s += "    out[i] = v;\n  }\n  return 0;\n";
   return s;
 }
@@ -172,15 +175,16 @@ std::string pointwise_reduce_body(const PointwiseReduceRegion& r) {
   s += "    int64_t j = 0;\n";
   s += "    if (contiguous)\n      for (; j + 16 <= row_len; j += 16) {\n";
   s += "        #pragma omp simd\n        for (int l = 0; l < 16; ++l) {\n";
-  s += codegen::render_dag(d, r.graph(), [](int in) { return load_contiguous(in, "base + j + l"); }, "v",
-                           "          ");
+  s += codegen::render_dag(
+      d, r.graph(), [](int in) { return load_contiguous(in, "base + j + l"); }, "v", "          ");
   s += "          a_[l] = " + codegen::render_reduce_combine(d, r.reduce(), "a_[l]", "v") + ";\n        }\n      }\n";
   s += "    for (; j < row_len; ++j) {\n";
-  s += codegen::render_dag(d, r.graph(), [](int in) { return load_broadcast(in, "base + j"); }, "v", "      ");
+  s += codegen::render_dag(
+      d, r.graph(), [](int in) { return load_broadcast(in, "base + j"); }, "v", "      ");
   s += "      a_[0] = " + codegen::render_reduce_combine(d, r.reduce(), "a_[0]", "v") + ";\n    }\n";
   s += "    float acc = a_[0];\n";
-  s += "    for (int l = 1; l < 16; ++l) acc = " + codegen::render_reduce_combine(d, r.reduce(), "acc", "a_[l]") +
-       ";\n";
+  s +=
+      "    for (int l = 1; l < 16; ++l) acc = " + codegen::render_reduce_combine(d, r.reduce(), "acc", "a_[l]") + ";\n";
   s += "    out[row] = " + codegen::render_reduce_finish(d, r.reduce(), "acc", "(float)row_len") + ";\n";
   s += "  }\n  return 0;\n";
   return s;

@@ -1,0 +1,71 @@
+// `fusor bench SUITE [--filter TEXT] [--json] [--save FILE]`: runs fusor-bench, the CPU
+// benchmark of the x86_avx512 lane against oneDNN and OpenBLAS (bench/fusor_bench.cpp). It
+// is a separate program so the CLI never links the peers' libraries.
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+
+#include "cli_common.hpp"
+#include "commands.hpp"
+
+namespace fusor::cli {
+namespace {
+
+struct BenchOptions {
+  std::string suite;
+  std::string filter;
+  bool json = false;
+  std::string save;
+  double min_ms = 0;
+};
+
+// fusor-bench next to this executable (the build tree and an install both keep them
+// together), else whatever PATH finds.
+std::string bench_program() {
+  std::error_code ec;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const auto beside = self.parent_path() / "fusor-bench";
+    if (::access(beside.c_str(), X_OK) == 0) return beside.string();
+  }
+  return "fusor-bench";
+}
+
+int run_bench(const BenchOptions& o) {
+  std::vector<std::string> args{bench_program(), o.suite};
+  if (!o.filter.empty()) args.insert(args.end(), {"--filter", o.filter});
+  if (o.json) args.push_back("--json");
+  if (!o.save.empty()) args.insert(args.end(), {"--save", o.save});
+  if (o.min_ms > 0) args.insert(args.end(), {"--min-ms", std::to_string(o.min_ms)});
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::cout.flush();
+  ::execvp(argv[0], argv.data());
+  std::cerr << "fusor bench: cannot run " << args[0] << ": " << std::strerror(errno)
+            << " (build the fusor-bench target; it needs oneDNN/OpenBLAS only for their columns)\n";
+  return kExitUserError;
+}
+
+} // namespace
+
+Command add_bench_command(CLI::App& app) {
+  auto o = std::make_shared<BenchOptions>();
+  CLI::App* sub =
+      app.add_subcommand("bench", "Benchmark the x86_avx512 lane against oneDNN and OpenBLAS: per case "
+                                  "fusor's time, each peer's, the ratio, GFLOP/s or GB/s, the oracle's error");
+  sub->add_option("SUITE", o->suite, "gemm | gated | attention | norm | all")
+      ->required()
+      ->check(CLI::IsMember({"gemm", "gated", "attention", "norm", "all"}));
+  sub->add_option("--filter", o->filter, "Only cases whose name contains TEXT");
+  sub->add_flag("--json", o->json, "One JSON object per line per case");
+  sub->add_option("--save", o->save, "Also write the machine description and every case to FILE (JSON)");
+  sub->add_option("--min-ms", o->min_ms, "Time spent timing each case (default 1500)");
+  return {sub, [o] { return run_bench(*o); }};
+}
+
+} // namespace fusor::cli

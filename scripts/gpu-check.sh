@@ -43,17 +43,24 @@ if [ $TESTS -eq 1 ]; then
     timeout 400 "$BUILD/$t" --gtest_color=no 2>&1 | tee -a "$LOG"
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   done
-  # The CLI works like its x86 counterpart.
-  for cmd in "run --target cuda" "verify examples/attention_causal.region --target cuda" \
+fi
+# The CLI works like its x86 counterpart.
+if true; then
+  # Operands for `fusor run` on the fused example (64x96 @ 96x128, bias, residual).
+  NPY=$BUILD/npy && mkdir -p "$NPY" && python3 -c "import numpy as np; r = np.random.default_rng(0)
+for n, s in (('A', (64, 96)), ('B', (96, 128)), ('bias', (128,)), ('res', (64, 128))):
+    np.save('$NPY/' + n + '.npy', (r.standard_normal(s) * 0.3).astype(np.float32))"
+  for cmd in "run examples/fused_bias_gelu_residual.region --target cuda --in $NPY/A.npy $NPY/B.npy $NPY/bias.npy $NPY/res.npy" \
+    "verify examples/attention_causal.region --target cuda" \
     "emit examples/gated_silu.region --target cuda"; do
     echo "\$ fusor $cmd" | tee -a "$LOG"
-    (cd "$ROOT" && timeout 120 "$BUILD/fusor" $cmd 2>&1 | head -40) | tee -a "$LOG"
+    (cd "$ROOT" && timeout 120 "$BUILD/fusor" $cmd 2>&1 | head -14) | tee -a "$LOG"
   done
 fi
 if [ -n "$BENCH" ]; then
   extra=""
   [ "$BENCH" = quick ] && extra=--quick
-  FUSOR_CACHE_DIR=$BUILD/bench-cache PYTHONUNBUFFERED=1 timeout 540 python3 "$ROOT/bench/gpu/run_bench.py" \
+  FUSOR_CACHE_DIR=$BUILD/bench-cache PYTHONUNBUFFERED=1 timeout 470 python3 "$ROOT/bench/gpu/run_bench.py" \
     --fusor-bench "$BUILD/fusor-cuda-bench" --out "$OUT/gpu-bench.jsonl" $extra 2>&1 | tee "$OUT/gpu-bench.log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi

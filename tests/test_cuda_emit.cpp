@@ -71,7 +71,9 @@ TEST(CudaEmit, EveryKindCompilesThroughNvrtc) {
     ASSERT_TRUE(art.ok()) << text << ": " << art.error().str();
     std::ifstream f(art->path, std::ios::binary);
     const std::string cubin(std::istreambuf_iterator<char>(f), {});
-    EXPECT_EQ(cubin.substr(0, 4), "\x7f" "ELF") << text;
+    EXPECT_EQ(cubin.substr(0, 4), "\x7f"
+                                  "ELF")
+        << text;
     EXPECT_NE(cubin.find("fusor_kernel"), std::string::npos) << text << ": entry symbol missing from the cubin";
   }
   EXPECT_EQ(kinds.size(), 7u) << "every region kind is covered";

@@ -34,7 +34,7 @@ const Target* cuda_or_skip_reason(std::string& why) {
   std::string skip_reason_;                                                                                            \
   const Target* t = cuda_or_skip_reason(skip_reason_);                                                                 \
   if (!t) {                                                                                                            \
-    std::cout << "[ SKIPPED  ] no CUDA device: " << skip_reason_ << "\n";                                             \
+    std::cout << "[ SKIPPED  ] no CUDA device: " << skip_reason_ << "\n";                                              \
     GTEST_SKIP() << skip_reason_;                                                                                      \
   }
 
@@ -108,8 +108,8 @@ TEST(CudaLane, OracleVerifiesEveryLaneOnEveryProbeFamily) {
     ASSERT_TRUE(rep.ok()) << c.text << ": " << rep.error().str();
     std::string families;
     for (const auto& f : rep->families) families += (families.empty() ? "" : ",") + f;
-    std::cout << "ORACLE " << (rep->verified ? "PASS" : "FAIL") << " lane=" << c.lane << " kind="
-              << region_kind_name(region_kind(r)) << " probes=" << rep->probes << " families=" << families
+    std::cout << "ORACLE " << (rep->verified ? "PASS" : "FAIL") << " lane=" << c.lane
+              << " kind=" << region_kind_name(region_kind(r)) << " probes=" << rep->probes << " families=" << families
               << " max_abs_err=" << rep->max_abs_err << " budget_atol=" << rep->atol << " | " << c.text << "\n";
     if (!rep->verified) {
       ++failures;
@@ -170,12 +170,14 @@ TEST(CudaLane, LargerShapesMatchTheReference) {
                      attn(1, 4, 4, 150, 150, 128), 1.0);
   // Generic lane.
   expect_run_matches(*t, "fused { epilogue = [bias, gelu]; residual = true; }", "cuda_simt", gemm(130, 260, 70), 0.3);
-  expect_run_matches(*t, "norm_chain { norm = layer_norm; add_residual = true; weight = true; bias = true; }",
-                     "cuda_simt", [] {
-                       ProblemShape s;
-                       s.output = {33, 4096};
-                       return s;
-                     }(), 1.0);
+  expect_run_matches(
+      *t, "norm_chain { norm = layer_norm; add_residual = true; weight = true; bias = true; }", "cuda_simt",
+      [] {
+        ProblemShape s;
+        s.output = {33, 4096};
+        return s;
+      }(),
+      1.0);
 }
 
 TEST(CudaLane, AttentionHeadDimsPastTheLaneAreDeclinedByName) {
@@ -221,7 +223,8 @@ TEST(CudaLane, BudgetsCatchOrderOneMiscompiles) {
        "const float scale = (0.15f);"},
       // Causal mask off by one key.
       {"attention { scale = 0.125; causal = true; storage = f16; }", "cuda_mma_f16",
-       "const bool vis = key < Nk && (!CAUSAL || key <= row);", "const bool vis = key < Nk && (!CAUSAL || key <= row + 1);"},
+       "const bool vis = key < Nk && (!CAUSAL || key <= row);",
+       "const bool vis = key < Nk && (!CAUSAL || key <= row + 1);"},
       // The generic lane dropping the last K step.
       {"fused { epilogue = [bias]; }", "cuda_simt", "for (int64_t k0 = 0; k0 < K; k0 += 16)",
        "for (int64_t k0 = 0; k0 + 16 < K; k0 += 16)"},

@@ -31,7 +31,8 @@ TEST(OneDnnLane, DeclinesWhatItWouldOnlyApproximate) {
     ASSERT_TRUE(reason.has_value()) << text;
     EXPECT_NE(reason->find(why), std::string::npos) << *reason;
   }
-  EXPECT_FALSE(x86::onednn_declines(parse_region("fused { epilogue = [bias, gelu_erf, silu]; residual = true }").value()));
+  EXPECT_FALSE(
+      x86::onednn_declines(parse_region("fused { epilogue = [bias, gelu_erf, silu]; residual = true }").value()));
 }
 
 TEST(OneDnnLane, EveryExpressiblePatternPassesTheOracle) {
@@ -39,9 +40,10 @@ TEST(OneDnnLane, EveryExpressiblePatternPassesTheOracle) {
   if (!lane) GTEST_SKIP() << "oneDNN was not found at build time: the x86_onednn lane is not registered";
   testing::use_test_cache();
   const Target& x86 = *builtin_registry().target("x86");
-  for (const char* text : {"fused { epilogue = [bias, gelu] }", "fused { epilogue = [bias, gelu_erf]; residual = true }",
-                           "fused { epilogue = [tanh]; a_layout = col_major; b_layout = col_major }",
-                           "fused { epilogue = [bias, sigmoid, tanh] }", "fused { epilogue = [silu]; residual = true }"}) {
+  for (const char* text :
+       {"fused { epilogue = [bias, gelu] }", "fused { epilogue = [bias, gelu_erf]; residual = true }",
+        "fused { epilogue = [tanh]; a_layout = col_major; b_layout = col_major }",
+        "fused { epilogue = [bias, sigmoid, tanh] }", "fused { epilogue = [silu]; residual = true }"}) {
     const Region region = parse_region(text).value();
     auto src = lane->emit(region, {});
     ASSERT_TRUE(src.ok()) << src.error().str();

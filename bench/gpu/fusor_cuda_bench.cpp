@@ -84,7 +84,8 @@ Expected<json> run_case(const json& spec) {
   if (!cand) return make_error(ErrorCode::arbiter_forced_unknown, "no cuda candidate " + lane);
   if (auto why = cand->declines(region)) return make_error(ErrorCode::emit_unsupported, *why);
   EmitOptions eo;
-  for (const auto& [k, v] : spec.value("options", json::object()).items()) eo.options[k] = v.get<std::string>();
+  const json options = spec.value("options", json::object()); // items() must not outlive its json
+  for (const auto& [k, v] : options.items()) eo.options[k] = v.get<std::string>();
   auto src = cand->emit ? cand->emit(region, eo) : target->emit(region, eo);
   if (!src) return src.error();
   FUSOR_TRY_ASSIGN(const Artifact art, target->compile(*src));
@@ -116,8 +117,8 @@ Expected<json> run_case(const json& spec) {
     const DType op_dtype = kind == RegionKind::norm_chain ? DType::f32 : dtype;
     const size_t want = static_cast<size_t>(shape_numel(shapes[i])) * (op_dtype == DType::f32 ? 4 : 2);
     if (bytes.size() != want)
-      return make_error(ErrorCode::shape_mismatch, paths[i] + ": " + std::to_string(bytes.size()) + " bytes, expected " +
-                                                       std::to_string(want));
+      return make_error(ErrorCode::shape_mismatch,
+                        paths[i] + ": " + std::to_string(bytes.size()) + " bytes, expected " + std::to_string(want));
     inputs.push_back(to_tensor(bytes, shapes[i], op_dtype));
     call.operands.push_back(std::move(bytes));
   }
@@ -183,8 +184,10 @@ Expected<json> run_case(const json& spec) {
       ops.push_back(per_row ? rows_of(inputs[i], row0, count) : inputs[i]);
     }
     FUSOR_TRY_ASSIGN(const TensorF64 ref, evaluate_reference_f64(region, ops));
-    compare(check, std::span<const float>(r.output).subspan(static_cast<size_t>(row0 * width), static_cast<size_t>(count * width)),
-            ref.data, atol, rtol);
+    compare(
+        check,
+        std::span<const float>(r.output).subspan(static_cast<size_t>(row0 * width), static_cast<size_t>(count * width)),
+        ref.data, atol, rtol);
   }
   return json{{"case", spec.at("case")},
               {"lane", lane},
@@ -216,7 +219,9 @@ int main() {
     auto res = run_case(spec);
     if (!res) {
       ++failures;
-      std::cout << json{{"case", spec.value("case", "?")}, {"lane", spec.value("lane", "?")}, {"error", res.error().str()}}
+      std::cout << json{{"case", spec.value("case", "?")},
+                        {"lane", spec.value("lane", "?")},
+                        {"error", res.error().str()}}
                        .dump()
                 << std::endl;
       continue;

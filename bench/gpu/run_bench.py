@@ -136,7 +136,7 @@ def main():
     ap.add_argument("--fusor-bench", required=True)
     ap.add_argument("--out", required=True, help="JSON lines file")
     ap.add_argument("--quick", action="store_true", help="one shape per family")
-    ap.add_argument("--tiles", default="128x128,128x256", help="GEMM tile configs fusor tries (fastest reported)")
+    ap.add_argument("--tiles", default="128x128,128x256,256x128", help="GEMM tile configs fusor tries (fastest reported)")
     args = ap.parse_args()
     tiles = args.tiles.split(",")
     dev = torch.cuda.get_device_name()

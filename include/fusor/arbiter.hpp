@@ -53,19 +53,19 @@ struct Timing {
 
 // Times candidates on the dispatch's operands, interleaving their repetitions (real: runs
 // the kernels; tests: deterministic fakes). Keyed by candidate name.
-using CandidateTimer = std::function<Expected<std::map<std::string, Timing>>(
-    std::span<const Candidate* const>, const Region&, std::span<const Tensor>)>;
+using CandidateTimer = std::function<Expected<std::map<std::string, Timing>>(std::span<const Candidate* const>,
+                                                                             const Region&, std::span<const Tensor>)>;
 
 // The persisted autotuning corpus: versioned JSON, written atomically.
 struct CorpusRow {
-  std::string device;    // target fingerprint: CPU model + ISA + compiler, or GPU + sm + driver
+  std::string device; // target fingerprint: CPU model + ISA + compiler, or GPU + sm + driver
   std::string target;
-  std::string op;        // region kind
-  std::string region;    // canonical region text (a winner is per region, not per kind)
-  std::string bucket;    // power-of-two shape bucket
+  std::string op;     // region kind
+  std::string region; // canonical region text (a winner is per region, not per kind)
+  std::string bucket; // power-of-two shape bucket
   std::string dtype;
-  std::string timing;    // timing mode ("kernel")
-  std::string winner;    // candidate name
+  std::string timing; // timing mode ("kernel")
+  std::string winner; // candidate name
   std::map<std::string, Timing> measured;
 };
 
@@ -97,7 +97,7 @@ struct ArbiterOptions {
   bool autotune = true;             // measure verified candidates at the first miss
   bool no_verify = false;           // skip the oracle (results tagged "+unverified")
   double caller_atol = 1e-3;
-  bool progress = true;             // a progress line on stderr while tuning
+  bool progress = true; // a progress line on stderr while tuning
 };
 
 struct Dispatch {

@@ -28,8 +28,8 @@ const CDialect& c99_dialect() {
 }
 
 const CDialect& cuda_dialect() {
-  static const CDialect dialect{"cuda", "__restrict__", "static __device__ __forceinline__", "extern \"C\" __global__",
-                                {}};
+  static const CDialect dialect{
+      "cuda", "__restrict__", "static __device__ __forceinline__", "extern \"C\" __global__", {}};
   return dialect;
 }
 

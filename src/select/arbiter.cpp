@@ -128,15 +128,14 @@ Expected<Dispatch> Arbiter::dispatch(const Region& region, std::span<const Tenso
     const auto all = registry_.candidates("", kind);
     auto it = std::find_if(all.begin(), all.end(), [&](const Candidate* c) { return c->name == *options.force; });
     if (it == all.end())
-      return make_error(ErrorCode::arbiter_forced_unknown, "forced candidate '" + *options.force +
-                                                               "' is not registered for " + log.kind +
-                                                               " regions; registered: " +
-                                                               registered_names(registry_, kind));
+      return make_error(ErrorCode::arbiter_forced_unknown,
+                        "forced candidate '" + *options.force + "' is not registered for " + log.kind +
+                            " regions; registered: " + registered_names(registry_, kind));
     const Target* t = registry_.target((*it)->target);
     Status available = t ? t->available() : Status(make_error(ErrorCode::runner_unavailable, "no such target"));
     if (!available)
-      return make_error(ErrorCode::arbiter_forced_unknown, "forced candidate '" + *options.force +
-                                                               "' is unavailable: " + available.error().str());
+      return make_error(ErrorCode::arbiter_forced_unknown,
+                        "forced candidate '" + *options.force + "' is unavailable: " + available.error().str());
   }
 
   std::vector<Survivor> survivors;
@@ -243,7 +242,8 @@ Expected<Dispatch> Arbiter::dispatch(const Region& region, std::span<const Tenso
         if (options.progress)
           log_line("tuning " + log.kind + " [" + log.bucket + "]: timing " + std::to_string(cands.size()) +
                    " verified candidates");
-        auto measured = timer_ ? timer_(cands, region, operands) : measure_candidates(registry_, cands, region, operands);
+        auto measured =
+            timer_ ? timer_(cands, region, operands) : measure_candidates(registry_, cands, region, operands);
         if (!measured) return measured.error();
         timings = *measured;
         if (corpus_) {

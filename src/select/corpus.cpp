@@ -14,16 +14,15 @@ namespace fusor {
 namespace {
 
 bool same_key(const CorpusRow& a, const CorpusRow& b) {
-  return a.device == b.device && a.target == b.target && a.op == b.op && a.region == b.region &&
-         a.bucket == b.bucket && a.dtype == b.dtype && a.timing == b.timing;
+  return a.device == b.device && a.target == b.target && a.op == b.op && a.region == b.region && a.bucket == b.bucket &&
+         a.dtype == b.dtype && a.timing == b.timing;
 }
 
 nlohmann::json row_json(const CorpusRow& r) {
   nlohmann::json measured = nlohmann::json::object();
   for (const auto& [name, t] : r.measured) measured[name] = {{"median_ms", t.median_ms}, {"spread_ms", t.spread_ms}};
-  return {{"device", r.device}, {"target", r.target}, {"op", r.op},         {"region", r.region},
-          {"bucket", r.bucket}, {"dtype", r.dtype},   {"timing", r.timing}, {"winner", r.winner},
-          {"measured", measured}};
+  return {{"device", r.device}, {"target", r.target}, {"op", r.op},         {"region", r.region},  {"bucket", r.bucket},
+          {"dtype", r.dtype},   {"timing", r.timing}, {"winner", r.winner}, {"measured", measured}};
 }
 
 CorpusRow row_from(const nlohmann::json& j) {

@@ -39,8 +39,9 @@ Expected<ProblemShape> parse_dims(const Region& region, const std::string& text)
     std::int64_t value = 0;
     const auto res = std::from_chars(text.data() + pos, text.data() + end, value);
     if (res.ec != std::errc{} || res.ptr != text.data() + end || value < 0)
-      return make_error(ErrorCode::bad_argument, "--dims '" + text + "': expected comma-separated non-negative "
-                                                                     "integers");
+      return make_error(ErrorCode::bad_argument, "--dims '" + text +
+                                                     "': expected comma-separated non-negative "
+                                                     "integers");
     v.push_back(value);
     pos = end + 1;
   }

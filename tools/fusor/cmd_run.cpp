@@ -11,9 +11,9 @@
 #include "cli_common.hpp"
 #include "cli_lanes.hpp"
 #include "commands.hpp"
+#include "examples.hpp"
 #include "fusor/arbiter.hpp"
 #include "fusor/model_run.hpp"
-#include "examples.hpp"
 #include "fusor/npy.hpp"
 #include "fusor/operand_gen.hpp"
 #include "fusor/reference.hpp"
@@ -91,7 +91,6 @@ int run_file(const RunOptions& o) {
   if (!result->note.empty()) std::cerr << "note: " << result->note << "\n";
   return kExitOk;
 }
-
 
 std::string shorten(std::string s, size_t width) {
   if (s.size() > width) s = s.substr(0, width - 3) + "...";

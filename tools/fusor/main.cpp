@@ -17,16 +17,9 @@ int main(int argc, char** argv) {
              "1 is reserved for a kernel the verifier rejected. `fusor COMMAND --help` describes each command.");
 
   const Command commands[] = {
-      add_parse_command(app),
-      add_ref_command(app),
-      add_run_command(app),
-      add_cache_command(app),
-      add_regions_command(app),
-      add_check_onnx_command(app),
-      add_emit_command(app),
-      add_verify_command(app),
-      add_explain_command(app),
-      add_bench_command(app),
+      add_parse_command(app),   add_ref_command(app),        add_run_command(app),  add_cache_command(app),
+      add_regions_command(app), add_check_onnx_command(app), add_emit_command(app), add_verify_command(app),
+      add_explain_command(app), add_bench_command(app),
   };
 
   // An unknown command gets its own message; CLI11 would call it an unexpected argument.

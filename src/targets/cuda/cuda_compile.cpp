@@ -28,7 +28,8 @@ Error nvrtc_failed(const KernelSource& src, const std::string& what, const std::
 }
 
 // Compiles to `out`; the program log is the diagnostics on failure.
-Status nvrtc_compile(const KernelSource& src, const std::vector<std::string>& options, const std::filesystem::path& out) {
+Status nvrtc_compile(const KernelSource& src, const std::vector<std::string>& options,
+                     const std::filesystem::path& out) {
   nvrtcProgram prog = nullptr;
   if (nvrtcResult rc = nvrtcCreateProgram(&prog, src.source.c_str(), (src.entry + ".cu").c_str(), 0, nullptr, nullptr);
       rc != NVRTC_SUCCESS)
@@ -74,9 +75,17 @@ std::vector<std::string> nvrtc_options(const std::string& arch) {
 }
 
 std::string cubin_cache_key(const KernelSource& src, const std::string& arch) {
-  std::vector<std::string> parts{"fusor-cuda-cubin-v1", src.source, src.entry, src.lang,
-                                 std::string(spec_policy_name(src.spec)), src.shape_key, src.layouts,
-                                 std::string(dtype_name(src.dtype)), src.target, src.lane, "nvrtc " + nvrtc_version(),
+  std::vector<std::string> parts{"fusor-cuda-cubin-v1",
+                                 src.source,
+                                 src.entry,
+                                 src.lang,
+                                 std::string(spec_policy_name(src.spec)),
+                                 src.shape_key,
+                                 src.layouts,
+                                 std::string(dtype_name(src.dtype)),
+                                 src.target,
+                                 src.lane,
+                                 "nvrtc " + nvrtc_version(),
                                  arch};
   for (const auto& o : nvrtc_options(arch)) parts.push_back(o);
   return DiskCache::make_key(parts);
@@ -91,16 +100,20 @@ Expected<Artifact> compile(const KernelSource& source) {
   static Expected<DiskCache> cache = DiskCache::open();
   if (!cache) return cache.error();
   const std::string arch = compile_arch();
-  nlohmann::json meta = {{"lane", source.lane},       {"target", source.target},
-                         {"entry", source.entry},     {"spec", spec_policy_name(source.spec)},
-                         {"shape_key", source.shape_key}, {"dtype", dtype_name(source.dtype)},
-                         {"region_text", source.region_text}, {"compiler", "nvrtc " + nvrtc_version()},
+  nlohmann::json meta = {{"lane", source.lane},
+                         {"target", source.target},
+                         {"entry", source.entry},
+                         {"spec", spec_policy_name(source.spec)},
+                         {"shape_key", source.shape_key},
+                         {"dtype", dtype_name(source.dtype)},
+                         {"region_text", source.region_text},
+                         {"compiler", "nvrtc " + nvrtc_version()},
                          {"arch", arch}};
-  FUSOR_TRY_ASSIGN(CacheEntry entry,
-                   cache->get_or_build(
-                       cubin_cache_key(source, arch), "cubin",
-                       [&](const std::filesystem::path& out) { return nvrtc_compile(source, nvrtc_options(arch), out); },
-                       meta));
+  FUSOR_TRY_ASSIGN(
+      CacheEntry entry,
+      cache->get_or_build(
+          cubin_cache_key(source, arch), "cubin",
+          [&](const std::filesystem::path& out) { return nvrtc_compile(source, nvrtc_options(arch), out); }, meta));
   return Artifact{entry.artifact, entry.key, entry.sha256, entry.hit, source};
 }
 

@@ -10,9 +10,7 @@
 namespace fusor::cuda {
 namespace {
 
-Error unavailable(const std::string& why) {
-  return make_error(ErrorCode::runner_unavailable, "target cuda: " + why);
-}
+Error unavailable(const std::string& why) { return make_error(ErrorCode::runner_unavailable, "target cuda: " + why); }
 
 struct Loaded {
   Driver driver;

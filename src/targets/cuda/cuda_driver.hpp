@@ -31,8 +31,8 @@ struct DriverApi {
   CUresult (*cuModuleUnload)(CUmodule);
   CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*);
   CUresult (*cuFuncSetAttribute)(CUfunction, CUfunction_attribute, int);
-  CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-                             CUstream, void**, void**);
+  CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
+                             void**, void**);
   CUresult (*cuEventCreate)(CUevent*, unsigned int);
   CUresult (*cuEventDestroy)(CUevent);
   CUresult (*cuEventRecord)(CUevent, CUstream);
@@ -43,12 +43,12 @@ struct DriverApi {
 };
 
 struct Device {
-  std::string name;           // "NVIDIA H200"
+  std::string name; // "NVIDIA H200"
   int cc_major = 0, cc_minor = 0;
   int sm_count = 0;
-  int driver_version = 0;     // e.g. 13000
-  int max_smem_optin = 0;     // bytes of shared memory a block may opt into
-  std::string arch() const;   // "sm_90"
+  int driver_version = 0;   // e.g. 13000
+  int max_smem_optin = 0;   // bytes of shared memory a block may opt into
+  std::string arch() const; // "sm_90"
   std::string describe() const;
 };
 

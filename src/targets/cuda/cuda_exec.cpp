@@ -22,7 +22,8 @@ public:
   }
   Status alloc(size_t bytes, const std::string& what) {
     bytes_ = std::max<size_t>(bytes, 4);
-    return check(*d_, d_->api.cuMemAlloc(&ptr_, bytes_), "cuMemAlloc(" + std::to_string(bytes_) + " bytes, " + what + ")");
+    return check(*d_, d_->api.cuMemAlloc(&ptr_, bytes_),
+                 "cuMemAlloc(" + std::to_string(bytes_) + " bytes, " + what + ")");
   }
   CUdeviceptr ptr() const { return ptr_; }
 
@@ -172,8 +173,8 @@ Expected<CallResult> run_call(const Driver& d, const LoadedKernel& k, const Kern
     if (guard && all[i] != kGuardBits) {
       const auto offset = static_cast<std::int64_t>(i) - static_cast<std::int64_t>(kGuardWords);
       result.kind = CallResult::Kind::out_of_bounds_write;
-      result.detail = "out-of-bounds write to the output: element " + std::to_string(offset) + " of " +
-                      std::to_string(out_elems);
+      result.detail =
+          "out-of-bounds write to the output: element " + std::to_string(offset) + " of " + std::to_string(out_elems);
       return result;
     }
   }

@@ -48,7 +48,7 @@ struct CallResult {
   int status = 0;     // the kernel's status word, for kernel_error
   std::string detail; // the driver's error, or which guard was overwritten
   std::vector<float> output;
-  double ms = 0;      // median kernel time when timing was asked for, else one launch
+  double ms = 0; // median kernel time when timing was asked for, else one launch
 };
 
 struct CallOptions {

@@ -78,11 +78,13 @@ int field(const std::string& line, const std::string& key, int fallback) {
 Expected<fs::path> sandbox_executable() {
   if (const char* env = std::getenv("FUSOR_CUDA_SANDBOX"); env && *env) {
     if (is_executable_file(env)) return fs::path(env);
-    return make_error(ErrorCode::runner_unavailable, std::string("FUSOR_CUDA_SANDBOX=") + env + " is not an executable");
+    return make_error(ErrorCode::runner_unavailable,
+                      std::string("FUSOR_CUDA_SANDBOX=") + env + " is not an executable");
   }
   std::error_code ec;
   const fs::path self = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec && is_executable_file(self.parent_path() / "fusor-cuda-sandbox")) return self.parent_path() / "fusor-cuda-sandbox";
+  if (!ec && is_executable_file(self.parent_path() / "fusor-cuda-sandbox"))
+    return self.parent_path() / "fusor-cuda-sandbox";
   if (std::string_view(FUSOR_CUDA_SANDBOX_BIN).size() && is_executable_file(FUSOR_CUDA_SANDBOX_BIN))
     return fs::path(FUSOR_CUDA_SANDBOX_BIN);
   return make_error(ErrorCode::runner_unavailable,
@@ -104,7 +106,8 @@ Expected<SandboxOutcome> run_isolated(const Artifact& artifact, std::span<const 
     f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     if (!f) return make_error(ErrorCode::io_error, "cannot write the cuda sandbox job " + job_path.string());
   }
-  FUSOR_TRY_ASSIGN(const ProcessResult pr, run_process({exe.string(), job_path.string(), result_path.string()}, timeout));
+  FUSOR_TRY_ASSIGN(const ProcessResult pr,
+                   run_process({exe.string(), job_path.string(), result_path.string()}, timeout));
   SandboxOutcome out;
   const std::string line = last_line(pr.err);
   if (pr.timed_out) {

@@ -49,8 +49,8 @@ Expected<LaunchSpec> parse_launch(std::string_view source) {
   if (words.empty()) return bad("empty");
   LaunchSpec s;
   bool known = false;
-  for (auto r : {LaunchSpec::Rule::elementwise, LaunchSpec::Rule::rows, LaunchSpec::Rule::gemm,
-                 LaunchSpec::Rule::attention})
+  for (auto r :
+       {LaunchSpec::Rule::elementwise, LaunchSpec::Rule::rows, LaunchSpec::Rule::gemm, LaunchSpec::Rule::attention})
     if (words[0] == rule_name(r)) s.rule = r, known = true;
   if (!known) return bad("unknown rule '" + std::string(words[0]) + "'");
   for (size_t i = 1; i < words.size(); ++i) {
@@ -59,12 +59,18 @@ Expected<LaunchSpec> parse_launch(std::string_view source) {
     const std::string_view key = words[i].substr(0, eq), val = words[i].substr(eq + 1);
     int v = 0;
     auto [p, ec] = std::from_chars(val.data(), val.data() + val.size(), v);
-    if (ec != std::errc{} || p != val.data() + val.size() || v < 0) return bad("bad value in '" + std::string(words[i]) + "'");
-    if (key == "threads") s.threads = v;
-    else if (key == "tile_m") s.tile_m = v;
-    else if (key == "tile_n") s.tile_n = v;
-    else if (key == "smem") s.smem = v;
-    else return bad("unknown key '" + std::string(key) + "'");
+    if (ec != std::errc{} || p != val.data() + val.size() || v < 0)
+      return bad("bad value in '" + std::string(words[i]) + "'");
+    if (key == "threads")
+      s.threads = v;
+    else if (key == "tile_m")
+      s.tile_m = v;
+    else if (key == "tile_n")
+      s.tile_n = v;
+    else if (key == "smem")
+      s.smem = v;
+    else
+      return bad("unknown key '" + std::string(key) + "'");
   }
   if (s.threads < 1 || s.threads > 1024 || s.tile_m < 1) return bad("threads must be 1..1024 and tile_m >= 1");
   return s;

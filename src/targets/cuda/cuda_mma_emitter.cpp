@@ -278,7 +278,8 @@ Expected<std::pair<std::string, LaunchSpec>> gemm_kernel(const Region& region, c
   int next = gated ? 3 : 2;
   if (std::find(plan.epilogue.begin(), plan.epilogue.end(), Op::bias) != plan.epilogue.end())
     s += "  const uint16_t* __restrict__ bias = (const uint16_t*)operands[" + std::to_string(next++) + "];\n";
-  if (plan.residual) s += "  const uint16_t* __restrict__ res = (const uint16_t*)operands[" + std::to_string(next++) + "];\n";
+  if (plan.residual)
+    s += "  const uint16_t* __restrict__ res = (const uint16_t*)operands[" + std::to_string(next++) + "];\n";
   std::string body(kGemmMain);
   replace_all(body, "@EPILOGUE@", gemm_epilogue(plan, dtype));
   s += body + "}\n";
@@ -568,8 +569,8 @@ std::optional<std::string> mma_dims_decline(const KernelSource& source, const Pr
   if (source.lane != kMmaF16Lane && source.lane != kMmaBf16Lane) return std::nullopt;
   auto launch = parse_launch(source.source);
   if (launch && launch->rule == LaunchSpec::Rule::attention && (shape.D > kAttnMaxD || shape.Dv > kAttnMaxD))
-    return source.lane + " handles attention head dims up to " + std::to_string(kAttnMaxD) + "; given D=" +
-           std::to_string(shape.D) + ", Dv=" + std::to_string(shape.Dv);
+    return source.lane + " handles attention head dims up to " + std::to_string(kAttnMaxD) +
+           "; given D=" + std::to_string(shape.D) + ", Dv=" + std::to_string(shape.Dv);
   return std::nullopt;
 }
 

@@ -41,8 +41,8 @@ Expected<std::shared_ptr<LoadedKernel>> load_kernel(const Driver& d, const Artif
 Expected<RunOutput> run(const Artifact& artifact, const Region& region, std::span<const Tensor> operands) {
   FUSOR_TRY_ASSIGN(codegen::PreparedCall call, codegen::prepare_call(region, operands));
   if (auto why = mma_dims_decline(artifact.source, call.shape))
-    return make_error(ErrorCode::emit_unsupported, "region " + std::string(region_kind_name(region_kind(region))) +
-                                                       ", target cuda: " + *why);
+    return make_error(ErrorCode::emit_unsupported,
+                      "region " + std::string(region_kind_name(region_kind(region))) + ", target cuda: " + *why);
   FUSOR_TRY_ASSIGN(const Driver* d, driver());
   FUSOR_TRY_ASSIGN(auto kernel, load_kernel(*d, artifact));
   const KernelCall kc{std::move(call.operand_bytes), std::move(call.dims), shape_numel(call.shape.output)};
@@ -53,8 +53,8 @@ Expected<RunOutput> run(const Artifact& artifact, const Region& region, std::spa
     if (r.status == codegen::kKernelDimsMismatch)
       return make_error(ErrorCode::shape_mismatch, "cuda kernel (" + artifact.source.shape_key +
                                                        ") was called with dims outside its specialisation");
-    return make_error(ErrorCode::internal, "cuda kernel (lane " + artifact.source.lane + ") reported status " +
-                                               std::to_string(r.status));
+    return make_error(ErrorCode::internal,
+                      "cuda kernel (lane " + artifact.source.lane + ") reported status " + std::to_string(r.status));
   case CallResult::Kind::fault:
   case CallResult::Kind::out_of_bounds_write:
     return make_error(ErrorCode::internal, "cuda kernel (lane " + artifact.source.lane + ") failed: " + r.detail);

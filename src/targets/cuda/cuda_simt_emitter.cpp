@@ -34,8 +34,8 @@ std::string parallel_row_norm(RowNorm norm, const std::string& row, const std::s
     s += in + "  c_ = " + mx + "p_" + tail + ";\n";
   }
   s += in + "  float s_ = 0.0f;\n";
-  s += in + "  " + loop + " { const float d_ = " + row + "[j_] - c_; s_ += " +
-       codegen::render_row_norm_accumulate(d, norm, "d_") + "; }\n";
+  s += in + "  " + loop + " { const float d_ = " + row +
+       "[j_] - c_; s_ += " + codegen::render_row_norm_accumulate(d, norm, "d_") + "; }\n";
   s += in + "  s_ = " + sum + "s_" + tail + ";\n";
   s += in + "  const float r_ = " + codegen::render_row_norm_factor(d, norm, "s_", "(float)" + n, eps) + ";\n";
   s += in + "  " + loop + " { const float d_ = " + row + "[j_] - c_; " + row +
@@ -79,8 +79,8 @@ std::string gemm_body(const GemmPlan& plan, DType dtype) {
   const bool rows = plan.reduction.has_value(); // a block owns whole rows so it can normalise them
   s += std::string("  const int64_t m0 = ") + (rows ? "pid" : "(pid / tiles_n)") + " * " + t + ";\n";
   s += "  if (m0 >= M) return;\n";
-  s += std::string("  for (int64_t n0 = ") + (rows ? "0" : "(pid % tiles_n) * " + t) + "; n0 < N; n0 += " +
-       (rows ? t : "N") + ") {\n";
+  s += std::string("  for (int64_t n0 = ") + (rows ? "0" : "(pid % tiles_n) * " + t) +
+       "; n0 < N; n0 += " + (rows ? t : "N") + ") {\n";
   s += "    float acc[4][4];\n";
   if (gated) s += "    float acc2[4][4];\n";
   s += "    for (int i = 0; i < 4; ++i)\n      for (int j = 0; j < 4; ++j) {\n        acc[i][j] = 0.0f;\n";
@@ -88,16 +88,16 @@ std::string gemm_body(const GemmPlan& plan, DType dtype) {
   s += "      }\n";
   s += "    for (int64_t k0 = 0; k0 < K; k0 += " + tk + ") {\n";
   const std::string aidx = plan.a_trans ? "gk * M + gm" : "gm * K + gk";
-  s += "      for (int e = tid; e < " + std::to_string(kGemmTile * kGemmK) + "; e += " +
-       std::to_string(kGemmThreads) + ") {\n";
+  s += "      for (int e = tid; e < " + std::to_string(kGemmTile * kGemmK) + "; e += " + std::to_string(kGemmThreads) +
+       ") {\n";
   s += "        const int r = e / " + tk + ", kk = e % " + tk + ";\n";
   s += "        const int64_t gm = m0 + r, gk = k0 + kk;\n        float v = 0.0f;\n";
   s += "        if (gm < M && gk < K) {\n          v = " + ld("A", aidx) + ";\n";
   s += codegen::render_unary_chain(d, plan.prologue, "v", "", "          ");
   s += "        }\n        As[kk][r] = v;\n      }\n";
   const std::string bidx = plan.b_trans ? "gn * K + gk" : "gk * N + gn";
-  s += "      for (int e = tid; e < " + std::to_string(kGemmTile * kGemmK) + "; e += " +
-       std::to_string(kGemmThreads) + ") {\n";
+  s += "      for (int e = tid; e < " + std::to_string(kGemmTile * kGemmK) + "; e += " + std::to_string(kGemmThreads) +
+       ") {\n";
   s += "        const int kk = e / " + t + ", c = e % " + t + ";\n";
   s += "        const int64_t gk = k0 + kk, gn = n0 + c;\n        const bool in = gk < K && gn < N;\n";
   s += "        Bs[kk][c] = in ? " + ld("B", bidx) + " : 0.0f;\n";
@@ -169,9 +169,9 @@ std::string attention_body(const AttentionRegion& r, DType dtype) {
   const std::string qidx = r.q_transposed() ? "c * M + i" : "i * D + c";
   const std::string kidx = r.k_transposed() ? "c * Nk + n" : "n * D + c";
   // The same statements twice give bit-identical scores in both passes.
-  const std::string score = "      float dot = 0.0f;\n      for (int64_t c = lane; c < D; c += 32) dot += " +
-                            ld("qb", qidx) + " * " + ld("kb", kidx) +
-                            ";\n      const float sc = scale * fusor_warp_sum(dot);\n";
+  const std::string score =
+      "      float dot = 0.0f;\n      for (int64_t c = lane; c < D; c += 32) dot += " + ld("qb", qidx) + " * " +
+      ld("kb", kidx) + ";\n      const float sc = scale * fusor_warp_sum(dot);\n";
   s += "  float mx = -INFINITY;\n  for (int64_t n = 0; n < n_end; ++n) {\n" + score;
   s += "    mx = sc > mx ? sc : mx;\n  }\n";
   s += "  for (int64_t c0 = 0; c0 < Dv; c0 += 128) {\n";
@@ -182,8 +182,8 @@ std::string attention_body(const AttentionRegion& r, DType dtype) {
   s += "      l += p;\n";
   s += "      for (int u = 0; u < 4; ++u) {\n        const int64_t c = c0 + u * 32 + lane;\n";
   s += "        if (c < Dv) acc[u] += p * " + ld("vb", "n * Dv + c") + ";\n      }\n    }\n";
-  s += "    const float rf = " +
-       codegen::render_row_norm_factor(d, RowNorm::softmax, "l", "(float)n_end", "0.0f") + ";\n";
+  s += "    const float rf = " + codegen::render_row_norm_factor(d, RowNorm::softmax, "l", "(float)n_end", "0.0f") +
+       ";\n";
   s += "    for (int u = 0; u < 4; ++u) {\n      const int64_t c = c0 + u * 32 + lane;\n";
   s += "      if (c < Dv) o[c] = acc[u] * rf;\n    }\n  }\n";
   return s;
@@ -267,7 +267,8 @@ std::string norm_chain_body(const NormChainRegion& r) {
   std::string s;
   int next = 0;
   s += "  const float* __restrict__ x = (const float*)operands[" + std::to_string(next++) + "];\n";
-  if (r.add_residual()) s += "  const float* __restrict__ res = (const float*)operands[" + std::to_string(next++) + "];\n";
+  if (r.add_residual())
+    s += "  const float* __restrict__ res = (const float*)operands[" + std::to_string(next++) + "];\n";
   if (r.weight()) s += "  const float* __restrict__ gamma = (const float*)operands[" + std::to_string(next++) + "];\n";
   if (r.bias()) s += "  const float* __restrict__ beta = (const float*)operands[" + std::to_string(next++) + "];\n";
   s += "  __shared__ float red_[32];\n";
@@ -288,11 +289,15 @@ std::string norm_chain_body(const NormChainRegion& r) {
   s += "      o[j] = v;\n";
   if (info.centre == RowCentre::mean) s += "      p_ += v;\n";
   if (info.centre == RowCentre::max) s += "      p_ = v > p_ ? v : p_;\n";
-  if (fold) s += "      const float d_ = v;\n      s_ += " + codegen::render_row_norm_accumulate(d, r.norm(), "d_") + ";\n";
+  if (fold)
+    s += "      const float d_ = v;\n      s_ += " + codegen::render_row_norm_accumulate(d, r.norm(), "d_") + ";\n";
   s += "    }\n";
-  if (info.centre == RowCentre::mean) s += "    const float c_ = fusor_block_sum(p_, red_) / (float)row_len;\n";
-  else if (info.centre == RowCentre::max) s += "    const float c_ = fusor_block_max(p_, red_);\n";
-  else s += "    const float c_ = 0.0f;\n    (void)p_;\n";
+  if (info.centre == RowCentre::mean)
+    s += "    const float c_ = fusor_block_sum(p_, red_) / (float)row_len;\n";
+  else if (info.centre == RowCentre::max)
+    s += "    const float c_ = fusor_block_max(p_, red_);\n";
+  else
+    s += "    const float c_ = 0.0f;\n    (void)p_;\n";
   if (!fold)
     s += loop + " {\n      const float d_ = o[j] - c_;\n      s_ += " +
          codegen::render_row_norm_accumulate(d, r.norm(), "d_") + ";\n    }\n";
@@ -312,10 +317,12 @@ std::string norm_chain_body(const NormChainRegion& r) {
 Expected<KernelSource> emit_simt(const Region& region, const EmitOptions& options) {
   const RegionKind kind = region_kind(region);
   for (const auto& [key, value] : options.options)
-    return unsupported(kind, kSimtLane, "unknown option '" + key + "=" + value + "' (the cuda_simt emitter takes none)");
+    return unsupported(kind, kSimtLane,
+                       "unknown option '" + key + "=" + value + "' (the cuda_simt emitter takes none)");
   const DType dtype = region_storage(region);
   if (dtype != DType::f32 && dtype != DType::f16 && dtype != DType::bf16)
-    return unsupported(kind, kSimtLane, "storage " + std::string(dtype_name(dtype)) + " is not supported (f32, f16, bf16 are)");
+    return unsupported(kind, kSimtLane,
+                       "storage " + std::string(dtype_name(dtype)) + " is not supported (f32, f16, bf16 are)");
   const std::string key = codegen::shape_key(kind, options.spec, options.dims);
 
   LaunchSpec launch;

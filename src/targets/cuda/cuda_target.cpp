@@ -36,7 +36,8 @@ void register_target(Registry& registry) {
     registry.add_candidate(Candidate{std::string(kSimtLane), "cuda", kind, 1, [](const Region& region) {
                                        const DType d = region_storage(region);
                                        return d == DType::fp8_e4m3 || d == DType::fp8_e5m2
-                                                  ? std::optional<std::string>("fp8 storage is not supported by cuda_simt")
+                                                  ? std::optional<std::string>(
+                                                        "fp8 storage is not supported by cuda_simt")
                                                   : std::nullopt;
                                      }});
   for (DType dtype : {DType::f16, DType::bf16}) {

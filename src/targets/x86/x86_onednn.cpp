@@ -55,7 +55,8 @@ Expected<KernelSource> emit_onednn(const Region& region, const EmitOptions& opti
                   ", 0.0f) == dnnl_success;\n";
     }
   const int residual_index = static_cast<int>(f.epilogue().size()) - (bias ? 1 : 0);
-  if (f.residual()) post_ops += "    ok = ok && dnnl_post_ops_append_binary(po, dnnl_binary_add, &c_md) == dnnl_success;\n";
+  if (f.residual())
+    post_ops += "    ok = ok && dnnl_post_ops_append_binary(po, dnnl_binary_add, &c_md) == dnnl_success;\n";
 
   std::string s = "/* fusor kernel | region: " + print_region(region) + " | lane: " + std::string(kOneDnnLane) +
                   " | spec: " + codegen::shape_key(RegionKind::fused, SpecPolicy::dynamic, std::nullopt) + " */\n";
@@ -80,8 +81,8 @@ static int build(int64_t M, int64_t N, int64_t K) {
   dnnl_memory_desc_t a_md, b_md, bias_md, c_md;
   dnnl_dims_t a_dims = {M, K}, b_dims = {K, N}, bias_dims = {1, N}, c_dims = {M, N};
 )";
-  s += std::string("  dnnl_dims_t a_strides = ") + (col_a ? "{1, M}" : "{K, 1}") + ", b_strides = " +
-       (col_b ? "{1, K}" : "{N, 1}") + ", bias_strides = {N, 1}, c_strides = {N, 1};\n";
+  s += std::string("  dnnl_dims_t a_strides = ") + (col_a ? "{1, M}" : "{K, 1}") +
+       ", b_strides = " + (col_b ? "{1, K}" : "{N, 1}") + ", bias_strides = {N, 1}, c_strides = {N, 1};\n";
   s += R"(  int ok = dnnl_memory_desc_init_by_strides(&a_md, 2, a_dims, dnnl_f32, a_strides) == dnnl_success &&
            dnnl_memory_desc_init_by_strides(&b_md, 2, b_dims, dnnl_f32, b_strides) == dnnl_success &&
            dnnl_memory_desc_init_by_strides(&bias_md, 2, bias_dims, dnnl_f32, bias_strides) == dnnl_success &&
@@ -126,12 +127,15 @@ int fusor_kernel(const void* const* operands, float* out, const int64_t* dims) {
     dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, mem_[0]}, {DNNL_ARG_WEIGHTS, mem_[1]}, {DNNL_ARG_DST, mem_[3]}};
     int n = 3;
 )";
-  if (bias) s += "    dnnl_memory_set_data_handle(mem_[2], (void*)operands[2]);\n    args[n].arg = DNNL_ARG_BIAS; args[n++].memory = mem_[2];\n";
+  if (bias)
+    s += "    dnnl_memory_set_data_handle(mem_[2], (void*)operands[2]);\n    args[n].arg = DNNL_ARG_BIAS; "
+         "args[n++].memory = mem_[2];\n";
   if (f.residual())
     s += "    dnnl_memory_set_data_handle(mem_[4], (void*)operands[" + std::to_string(bias ? 3 : 2) +
          "]);\n    args[n].arg = DNNL_ARG_ATTR_MULTIPLE_POST_OP(" + std::to_string(residual_index) +
          ") | DNNL_ARG_SRC_1; args[n++].memory = mem_[4];\n";
-  s += R"(    ok = dnnl_primitive_execute(prim_, stream_, n, args) == dnnl_success && dnnl_stream_wait(stream_) == dnnl_success;
+  s +=
+      R"(    ok = dnnl_primitive_execute(prim_, stream_, n, args) == dnnl_success && dnnl_stream_wait(stream_) == dnnl_success;
   }
   pthread_mutex_unlock(&lock_);
   return ok ? 0 : 2;
@@ -144,7 +148,8 @@ int fusor_kernel(const void* const* operands, float* out, const int64_t* dims) {
   src.spec = SpecPolicy::dynamic;
   src.shape_key = codegen::shape_key(RegionKind::fused, SpecPolicy::dynamic, std::nullopt);
   src.link_libs = {"dnnl"};
-  src.layouts = std::string("a=") + std::string(layout_name(f.a_layout())) + ",b=" + std::string(layout_name(f.b_layout()));
+  src.layouts =
+      std::string("a=") + std::string(layout_name(f.a_layout())) + ",b=" + std::string(layout_name(f.b_layout()));
   src.dtype = DType::f32;
   src.target = "x86";
   src.lane = std::string(kOneDnnLane);

@@ -40,7 +40,8 @@ void register_target(Registry& registry) {
     registry.add_candidate(Candidate{std::string(kAvx512Lane), "x86", kind, 2, simd_declines, emit_simd});
 #ifdef FUSOR_HAVE_DNNL // set by CMake when oneDNN's headers and library are found
   // Tier 3: oneDNN matmul + post-ops, for the fused patterns it computes exactly.
-  registry.add_candidate(Candidate{std::string(kOneDnnLane), "x86", RegionKind::fused, 3, onednn_declines, emit_onednn});
+  registry.add_candidate(
+      Candidate{std::string(kOneDnnLane), "x86", RegionKind::fused, 3, onednn_declines, emit_onednn});
 #endif
 }
 

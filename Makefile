@@ -59,7 +59,8 @@ asan: $(ASAN_DIR)/CMakeCache.txt
 	$(CMAKE) --build $(ASAN_DIR)
 
 test-asan: asan
-	ctest --test-dir $(ASAN_DIR) --output-on-failure -j$(CTEST_JOBS)
+	LSAN_OPTIONS=suppressions=$(CURDIR)/scripts/lsan-suppressions.txt \
+	  ctest --test-dir $(ASAN_DIR) --output-on-failure -j$(CTEST_JOBS)
 
 format:
 	$(CLANG_FORMAT) -i $(FORMAT_FILES)

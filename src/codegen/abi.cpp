@@ -116,6 +116,26 @@ Expected<PreparedCall> prepare_call(const Region& region, std::span<const Tensor
   return call;
 }
 
+std::vector<std::int64_t> spec_dims(RegionKind kind, const EmitOptions& options) {
+  if (options.spec == SpecPolicy::dynamic || !options.dims) return {};
+  std::vector<std::int64_t> dims = abi_dim_values(kind, *options.dims);
+  if (options.spec == SpecPolicy::bucket)
+    for (auto& d : dims) d = dim_bucket(d);
+  return dims;
+}
+
+std::string layouts_of(const Region& region) {
+  if (const auto* f = std::get_if<FusedRegion>(&region))
+    return "a=" + std::string(layout_name(f->a_layout())) + ",b=" + std::string(layout_name(f->b_layout()));
+  if (const auto* m = std::get_if<MatmulRegion>(&region))
+    return std::string("a=") + (m->transpose_a() ? "col_major" : "row_major") +
+           ",b=" + (m->transpose_b() ? "col_major" : "row_major");
+  if (const auto* a = std::get_if<AttentionRegion>(&region))
+    return std::string("q=") + (a->q_transposed() ? "transposed" : "natural") +
+           ",k=" + (a->k_transposed() ? "transposed" : "natural");
+  return "row_major";
+}
+
 std::string shape_key(RegionKind kind, SpecPolicy policy, const std::optional<ProblemShape>& dims) {
   const auto names = abi_dim_names(kind);
   std::string key(spec_policy_name(policy));

@@ -47,6 +47,13 @@ struct PreparedCall {
 // the ABI's int64 range are refused too.
 Expected<PreparedCall> prepare_call(const Region& region, std::span<const Tensor> operands);
 
+// KernelSource::spec_dims for an emit: the static dims, a bucket's upper bounds, or none.
+std::vector<std::int64_t> spec_dims(RegionKind kind, const EmitOptions& options);
+
+// The operands' physical layouts, for KernelSource::layouts and the cache key:
+// "a=row_major,b=col_major", "q=natural,k=transposed", or "row_major".
+std::string layouts_of(const Region& region);
+
 // "dynamic:M,N,K", "bucket:M<=8,N<=16,K<=16" or "static:M=8,N=16,K=12".
 std::string shape_key(RegionKind kind, SpecPolicy policy, const std::optional<ProblemShape>& dims);
 

@@ -253,6 +253,13 @@ std::vector<float> run_call(KernelFn fn, const KernelCall& call, int index) {
 
 } // namespace
 
+// In sanitizer builds, leave fatal signals to this program (it classifies them itself or
+// dies by them so the parent can name the signal); otherwise ASan would turn a kernel's
+// SIGFPE or SIGSEGV into its own report and exit status 1. Unused in other builds.
+extern "C" const char* __asan_default_options() {
+  return "handle_segv=0:handle_sigbus=0:handle_sigfpe=0:handle_sigill=0:handle_abort=0:allow_user_segv_handler=1";
+}
+
 int main(int argc, char** argv) {
   if (argc != 3) fail(kExitBadJob, "job", "usage: fusor-sandbox JOB RESULT (started by fusor's oracle)");
   install_fault_handlers();

@@ -112,21 +112,8 @@ KernelSource make_source(const Region& region, const EmitOptions& options, std::
   src.lang = "cuda";
   src.spec = options.spec;
   src.shape_key = shape_key;
-  if (options.spec != SpecPolicy::dynamic && options.dims) {
-    src.spec_dims = codegen::abi_dim_values(kind, *options.dims);
-    if (options.spec == SpecPolicy::bucket)
-      for (auto& d : src.spec_dims) d = dim_bucket(d);
-  }
-  if (const auto* f = std::get_if<FusedRegion>(&region))
-    src.layouts = "a=" + std::string(layout_name(f->a_layout())) + ",b=" + std::string(layout_name(f->b_layout()));
-  else if (const auto* m = std::get_if<MatmulRegion>(&region))
-    src.layouts = std::string("a=") + (m->transpose_a() ? "col_major" : "row_major") +
-                  ",b=" + (m->transpose_b() ? "col_major" : "row_major");
-  else if (const auto* a = std::get_if<AttentionRegion>(&region))
-    src.layouts = std::string("q=") + (a->q_transposed() ? "transposed" : "natural") +
-                  ",k=" + (a->k_transposed() ? "transposed" : "natural");
-  else
-    src.layouts = "row_major";
+  src.spec_dims = codegen::spec_dims(kind, options);
+  src.layouts = codegen::layouts_of(region);
   src.dtype = region_storage(region);
   src.target = "cuda";
   src.lane = std::move(lane);

@@ -148,8 +148,7 @@ int fusor_kernel(const void* const* operands, float* out, const int64_t* dims) {
   src.spec = SpecPolicy::dynamic;
   src.shape_key = codegen::shape_key(RegionKind::fused, SpecPolicy::dynamic, std::nullopt);
   src.link_libs = {"dnnl"};
-  src.layouts =
-      std::string("a=") + std::string(layout_name(f.a_layout())) + ",b=" + std::string(layout_name(f.b_layout()));
+  src.layouts = codegen::layouts_of(region);
   src.dtype = DType::f32;
   src.target = "x86";
   src.lane = std::string(kOneDnnLane);

@@ -75,18 +75,6 @@ std::string dims_prologue(const Region& region, const EmitOptions& options) {
   return s;
 }
 
-std::string layouts_of(const Region& region) {
-  if (const auto* f = std::get_if<FusedRegion>(&region))
-    return "a=" + std::string(layout_name(f->a_layout())) + ",b=" + std::string(layout_name(f->b_layout()));
-  if (const auto* m = std::get_if<MatmulRegion>(&region))
-    return std::string("a=") + (m->transpose_a() ? "col_major" : "row_major") +
-           ",b=" + (m->transpose_b() ? "col_major" : "row_major");
-  if (const auto* a = std::get_if<AttentionRegion>(&region))
-    return std::string("q=") + (a->q_transposed() ? "transposed" : "natural") +
-           ",k=" + (a->k_transposed() ? "transposed" : "natural");
-  return "row_major";
-}
-
 // Helpers every kernel of the lane may use: 64-byte aligned allocation, integer helpers.
 const char* kCommonHelpers = R"(static inline int64_t fusor_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static inline void* fusor_alloc(size_t bytes) {
@@ -154,12 +142,8 @@ Expected<KernelSource> emit_simd(const Region& region, const EmitOptions& option
   src.lang = "c";
   src.spec = options.spec;
   src.shape_key = key;
-  if (options.spec != SpecPolicy::dynamic) {
-    src.spec_dims = codegen::abi_dim_values(kind, *options.dims);
-    if (options.spec == SpecPolicy::bucket)
-      for (auto& d : src.spec_dims) d = dim_bucket(d);
-  }
-  src.layouts = layouts_of(region);
+  src.spec_dims = codegen::spec_dims(kind, options);
+  src.layouts = codegen::layouts_of(region);
   src.dtype = region_storage(region);
   src.target = "x86";
   src.lane = std::string(kAvx512Lane);

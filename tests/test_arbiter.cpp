@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -166,7 +167,11 @@ TEST(Arbiter, MissingOperandIsAnErrorBeforeAnything) {
 
 class ArbiterCorpus : public ::testing::Test {
 protected:
-  std::filesystem::path path = std::filesystem::path(FUSOR_TEST_CACHE_DIR) / "test-corpus.json";
+  // One file per test and process: ctest runs these tests concurrently.
+  std::filesystem::path path =
+      std::filesystem::path(FUSOR_TEST_CACHE_DIR) /
+      ("test-corpus-" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "-" +
+       std::to_string(::getpid()) + ".json");
   void SetUp() override { std::filesystem::remove(path); }
   void TearDown() override { std::filesystem::remove(path); }
 };
@@ -206,6 +211,7 @@ TEST_F(ArbiterCorpus, OtherDeviceRowsAreIgnoredAndFailingWinnersDropped) {
   }
   // A row from another machine: ignored, so this one tunes.
   Corpus corpus = Corpus::load(path);
+  ASSERT_EQ(corpus.rows().size(), 1u);
   CorpusRow other = corpus.rows().front();
   corpus.drop(other);
   other.device = "some other CPU";

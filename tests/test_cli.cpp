@@ -46,10 +46,12 @@ protected:
     fs::remove_all(dir_, ec);
   }
 
-  // Runs `fusor ARGS` in the scratch directory; ARGS is shell text (paths here have no spaces).
-  Result fusor(const std::string& args) const {
+  // Runs `fusor ARGS` in the scratch directory, after the shell assignments in `env`;
+  // ARGS is shell text (paths here have no spaces).
+  Result fusor(const std::string& args, const std::string& env = {}) const {
     const fs::path err = dir_ / "stderr.txt";
-    const std::string cmd = "cd '" + dir_.string() + "' && '" FUSOR_BIN "' " + args + " 2>'" + err.string() + "'";
+    const std::string cmd =
+        "cd '" + dir_.string() + "' && " + env + " '" FUSOR_BIN "' " + args + " 2>'" + err.string() + "'";
     Result r;
     FILE* pipe = ::popen(cmd.c_str(), "r");
     if (pipe == nullptr) return r;
@@ -317,23 +319,10 @@ TEST_F(Cli, RunUnknownTargetIsAUsageError) {
 
 class CliLanes : public Cli {
 protected:
-  static Result run(const std::string& cmd, const fs::path& err) {
-    Result r;
-    FILE* pipe = ::popen(cmd.c_str(), "r");
-    if (pipe == nullptr) return r;
-    char buf[4096];
-    for (size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) r.out.append(buf, n);
-    const int status = ::pclose(pipe);
-    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r.err = slurp(err);
-    return r;
-  }
+  // A private cache and corpus per test.
   Result fusor_env(const std::string& args) const {
-    const fs::path err = dir_ / "stderr.txt";
-    const std::string cmd = "cd '" + dir_.string() + "' && FUSOR_CACHE_DIR='" + (dir_ / "cache").string() +
-                            "' FUSOR_CORPUS='" + (dir_ / "corpus.json").string() + "' '" FUSOR_BIN "' " + args +
-                            " 2>'" + err.string() + "'";
-    return run(cmd, err);
+    return fusor(args, "FUSOR_CACHE_DIR='" + (dir_ / "cache").string() + "' FUSOR_CORPUS='" +
+                           (dir_ / "corpus.json").string() + "'");
   }
 };
 

@@ -4,6 +4,7 @@
 // a named reason; with no driver the runners report E_RUNNER_UNAVAILABLE.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <fstream>
 #include <iterator>
 
@@ -13,6 +14,7 @@
 #include "support/compare.hpp"
 
 #ifdef FUSOR_HAVE_CUDA
+#include "targets/cuda/cublaslt_lane.hpp"
 #include "targets/cuda/cuda_emitters.hpp"
 #include "targets/cuda/cuda_launch.hpp"
 #include "targets/cuda/cuda_target.hpp"
@@ -121,6 +123,10 @@ TEST(CudaEmit, TensorCoreVariantsCompileThroughNvrtc) {
       {"gated { gate_act = silu; storage = bf16; }", "cuda_mma_bf16", {}},
       {"attention { scale = 0.125; causal = true; storage = bf16; }", "cuda_mma_bf16", {}},
       {"attention { scale = 0.0883883476; storage = f16; }", "cuda_mma_f16", {}},
+      // Hopper warpgroup MMA (sm_90a): K-major and N-major B, 256- and 128-wide tiles.
+      {"fused { epilogue = [bias, gelu]; residual = true; storage = bf16; }", "cuda_mma_bf16", {{"tile", "wg128x256"}}},
+      {"fused { epilogue = [bias]; b_layout = col_major; storage = f16; }", "cuda_mma_f16", {{"tile", "wg128x128"}}},
+      {"matmul { storage = bf16; transpose_b = true; }", "cuda_mma_bf16", {{"tile", "wg128x256"}}},
   };
   for (const auto& c : cases) {
     const Region r = region_of(c.text);
@@ -133,7 +139,12 @@ TEST(CudaEmit, TensorCoreVariantsCompileThroughNvrtc) {
     auto src = cand->emit(r, o);
     ASSERT_TRUE(src.ok()) << c.text << ": " << src.error().str();
     EXPECT_EQ(src->lane, c.lane);
-    EXPECT_NE(src->source.find("mma.sync.aligned.m16n8k16"), std::string::npos);
+    // Fused and matmul kernels default to the wgmma tiles on sm_90; gated and attention use mma.sync.
+    const RegionKind k = region_kind(r);
+    const bool wg = c.options.count("tile") ? c.options.at("tile").starts_with("wg")
+                                            : k == RegionKind::fused || k == RegionKind::matmul;
+    EXPECT_NE(src->source.find(wg ? "wgmma.mma_async.sync.aligned.m64n" : "mma.sync.aligned.m16n8k16"),
+              std::string::npos);
     auto art = t.compile(*src);
     ASSERT_TRUE(art.ok()) << c.text << ": " << art.error().str();
   }
@@ -176,6 +187,14 @@ TEST(CudaEmit, TensorCoreLanesDeclineWithNamedReasons) {
   EmitOptions u;
   u.options["threads"] = "64";
   EXPECT_FALSE(cuda_target().emit(r, u).ok());
+  // wgmma tiles need Hopper: on another architecture they decline by name.
+  setenv("FUSOR_CUDA_ARCH", "sm_80", 1);
+  EmitOptions w;
+  w.options["tile"] = "wg128x256";
+  auto hopper_only = candidate("cuda_mma_bf16", RegionKind::fused)->emit(r, w);
+  setenv("FUSOR_CUDA_ARCH", "sm_90", 1);
+  ASSERT_FALSE(hopper_only.ok());
+  EXPECT_NE(hopper_only.error().message.find("needs sm_90"), std::string::npos) << hopper_only.error().message;
 }
 
 TEST(CudaEmit, KernelsRenderOpsFromTheOpTable) {
@@ -232,6 +251,101 @@ TEST(CudaEmit, CacheKeysOnArchAndReusesCubins) {
   EXPECT_TRUE(second->cache_hit);
   EXPECT_EQ(first->sha256, second->sha256);
   EXPECT_EQ(first->path, second->path);
+}
+
+TEST(CudaEmit, CublasLtLaneDeclinesWhatItWouldApproximate) {
+  cuda_target();
+  struct Case {
+    const char* text;
+    const char* reason;
+  };
+  const Case cases[] = {
+      {"fused { epilogue = [bias, gelu_erf]; storage = bf16; }", "tanh approximation"},
+      {"fused { epilogue = [relu, bias]; }", "bias before its activation"},
+      {"fused { epilogue = [bias, gelu]; residual = true; }", "residual after"},
+      {"fused { epilogue = [bias, silu]; }", "no epilogue for silu"},
+      {"fused { epilogue = [relu, gelu]; }", "one activation"},
+      {"fused { prologue = [relu]; }", "prologue"},
+      {"fused { reduction = rmsnorm; }", "row reduction"},
+      {"fused { epilogue = [bias]; storage = fp8_e4m3; }", "fp8_e4m3"},
+  };
+  const Candidate* lt = candidate("cuda_cublaslt", RegionKind::fused);
+  ASSERT_NE(lt, nullptr);
+  EXPECT_EQ(lt->tier, 3);
+  for (const auto& c : cases) {
+    const Region r = region_of(c.text);
+    const auto why = lt->declines(r);
+    ASSERT_TRUE(why.has_value()) << c.text;
+    EXPECT_NE(why->find(c.reason), std::string::npos) << *why;
+    auto src = lt->emit(r, {});
+    ASSERT_FALSE(src.ok()) << c.text;
+    EXPECT_EQ(src.error().code, ErrorCode::emit_unsupported);
+  }
+  // What the library computes exactly applies: bias first, one of relu / tanh-gelu, and a
+  // residual only without an activation (cuBLASLt adds C before it).
+  for (const char* ok : {"fused { epilogue = [bias, gelu]; storage = bf16; }", "fused { epilogue = [relu]; }",
+                         "fused { epilogue = [bias]; residual = true; storage = f16; b_layout = col_major; }",
+                         "fused { epilogue = [bias]; a_layout = col_major; }"})
+    EXPECT_FALSE(lt->declines(region_of(ok)).has_value()) << ok;
+  EmitOptions o;
+  o.options["tile"] = "128x128";
+  auto bad = lt->emit(region_of("fused { epilogue = [bias]; }"), o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("unknown option 'tile'"), std::string::npos) << bad.error().message;
+}
+
+TEST(CudaEmit, CublasLtPlansRoundTripAndAreCached) {
+  const Target& t = cuda_target();
+  const Candidate* lt = candidate("cuda_cublaslt", RegionKind::fused);
+  ASSERT_NE(lt, nullptr);
+  auto src = lt->emit(region_of("fused { epilogue = [bias, gelu]; a_layout = col_major; storage = bf16; }"), {});
+  ASSERT_TRUE(src.ok()) << src.error().str();
+  EXPECT_EQ(src->lang, "cublaslt");
+  EXPECT_EQ(src->lane, "cuda_cublaslt");
+  auto launch = cuda::parse_launch(src->source);
+  ASSERT_TRUE(launch.ok()) << launch.error().str();
+  EXPECT_EQ(launch->rule, cuda::LaunchSpec::Rule::library);
+  auto plan = cuda::parse_plan(src->source);
+  ASSERT_TRUE(plan.ok()) << plan.error().str();
+  EXPECT_EQ(plan->storage, DType::bf16);
+  EXPECT_TRUE(plan->a_col_major);
+  EXPECT_FALSE(plan->b_col_major);
+  EXPECT_TRUE(plan->bias);
+  EXPECT_FALSE(plan->residual);
+  EXPECT_EQ(plan->act, cuda::CublasPlan::Act::gelu);
+  EXPECT_EQ(plan->text(), "plan storage=bf16 a=col b=row bias=1 act=gelu residual=0");
+  EXPECT_FALSE(cuda::parse_plan("plan storage=bf16 a=diagonal b=row bias=1 act=gelu residual=0").ok());
+  EXPECT_FALSE(cuda::parse_plan("// no plan here").ok());
+  // The plan goes through the shared cache like a cubin: a second compile is a hit.
+  auto first = t.compile(*src);
+  ASSERT_TRUE(first.ok()) << first.error().str();
+  auto second = t.compile(*src);
+  ASSERT_TRUE(second.ok());
+  EXPECT_TRUE(second->cache_hit);
+  EXPECT_EQ(first->sha256, second->sha256);
+  EXPECT_EQ(first->path.extension(), ".plan");
+  // 16-bit bias and residual widen exactly to f32 (D's type); A and B stay as stored.
+  // bf16 0x3FC0 is 1.5, 0xC020 is -2.5.
+  const std::string a("\x01\x02", 2), b("\x03\x04", 2), bias("\xC0\x3F\x20\xC0", 4);
+  const std::vector<std::string> bytes{a, b, bias};
+  const auto wide = cuda::plan_operands(*plan, bytes);
+  ASSERT_EQ(wide.size(), 3u);
+  EXPECT_EQ(wide[0], a);
+  EXPECT_EQ(wide[1], b);
+  ASSERT_EQ(wide[2].size(), 8u);
+  float v[2];
+  std::memcpy(v, wide[2].data(), 8);
+  EXPECT_EQ(v[0], 1.5f);
+  EXPECT_EQ(v[1], -2.5f);
+  // Without a GPU the plan's runner declines cleanly.
+  if (!t.available().ok()) {
+    const Region r = region_of("fused { epilogue = [bias, gelu]; a_layout = col_major; storage = bf16; }");
+    ProblemShape dims;
+    dims.M = 4, dims.N = 8, dims.K = 3;
+    auto run = t.run(*first, r, make_operands(r, dims, 1, 0.5));
+    ASSERT_FALSE(run.ok());
+    EXPECT_EQ(run.error().code, ErrorCode::runner_unavailable) << run.error().str();
+  }
 }
 
 TEST(CudaEmit, NvrtcDiagnosticsAreCompileErrors) {

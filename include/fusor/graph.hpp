@@ -59,6 +59,12 @@ struct Node {
   std::string label() const;
 };
 
+// An ONNX op outside fusor's set, imported with OnnxImportOptions::allow_reference, is a
+// node named "ref.<ONNX op type>" (e.g. "ref.Cos") keeping its ONNX attributes: the native
+// executor runs it on the reference evaluator's table, and discovery never fuses it.
+inline constexpr std::string_view kReferenceOpPrefix = "ref.";
+inline bool is_reference_op(std::string_view op) { return op.starts_with(kReferenceOpPrefix); }
+
 struct GraphInput {
   std::string name;
   ElemType type = ElemType::f32;

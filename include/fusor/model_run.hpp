@@ -12,11 +12,12 @@
 
 #include "fusor/error.hpp"
 #include "fusor/graph.hpp"
+#include "fusor/onnx_import.hpp"
 
 namespace fusor {
 
-// A model file: *.onnx (ONNX import) or anything else as op-graph text (*.graph).
-Expected<Graph> load_model(const std::filesystem::path& path);
+// A model file: *.onnx (ONNX import with `onnx`) or anything else as op-graph text (*.graph).
+Expected<Graph> load_model(const std::filesystem::path& path, const OnnxImportOptions& onnx = {});
 
 // The transformer block shipped as examples/transformer_block.onnx, compiled into the
 // library (cmake embeds the bytes), so `fusor run` works with no file.
@@ -30,6 +31,7 @@ struct ModelRunOptions {
   std::uint64_t seed = 1;
   int repeats = 5;                 // timed repetitions (median) after one warm-up run
   bool compare_onnxruntime = true; // run ONNX Runtime through python3 when it is installed
+  bool allow_reference = false;    // ONNX ops outside fusor's set run on the reference evaluator
 };
 
 // Prints the report to `out`; returns the process exit code (0 ok, 1 a region's kernel was

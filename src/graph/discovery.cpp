@@ -493,6 +493,8 @@ private:
 
   std::string why_unfused(size_t k) const {
     const Node& n = node(k);
+    // No pass matches a "ref." op (none is in the op table): it always lands here.
+    if (is_reference_op(n.op)) return "reference evaluator (--allow-reference)";
     if (!n.outputs.empty() && !is_f32(n.outputs[0]))
       return "computes " +
              std::string(types_.count(n.outputs[0]) ? elem_type_name(types_.at(n.outputs[0]).type) : "?") +

@@ -45,6 +45,16 @@ struct Broadcast {
 };
 Expected<Broadcast> broadcast(const Node& node, const std::vector<Shape>& shapes);
 
+// What a Reduce* node reduces: axes from input 1 (opset >= 18) or the `axes` attribute;
+// none means all of them, or none at all with noop_with_empty_axes (then each output
+// element is the reduction of its one input element, as numpy's axis=() reads it).
+struct ReducePlan {
+  Shape out;        // the output shape (keepdims applied)
+  Shape kept;       // the input shape with every reduced axis set to 1
+  Broadcast to_out; // over the input shape: offset 0 is the element's output index
+};
+Expected<ReducePlan> reduce_plan(const Node& node, Ins in);
+
 // Families: each knows its ops and runs them.
 bool is_elementwise(std::string_view op);
 Outs run_elementwise(const Node& node, Ins in);
@@ -55,5 +65,9 @@ Outs run_nn_op(const Node& node, Ins in);
 std::vector<std::string_view> elementwise_names();
 std::vector<std::string_view> shape_op_names();
 std::vector<std::string_view> nn_op_names();
+// ONNX ops outside the native set, named "ref.<ONNX op type>" (kernels_reference.cpp).
+bool is_reference_table_op(std::string_view op);
+Outs run_reference_op(const Node& node, Ins in);
+std::vector<std::string_view> reference_op_names();
 
 } // namespace fusor::graph_kernels

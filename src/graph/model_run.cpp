@@ -171,8 +171,8 @@ OrtResult run_onnxruntime(const Graph& g, const ValueMap& inputs, const std::str
 
 } // namespace
 
-Expected<Graph> load_model(const fs::path& path) {
-  if (path.extension() == ".onnx") return import_onnx_file(path);
+Expected<Graph> load_model(const fs::path& path, const OnnxImportOptions& onnx) {
+  if (path.extension() == ".onnx") return import_onnx_file(path, onnx);
   FUSOR_TRY_ASSIGN(Graph g, load_graph_file(path));
   FUSOR_TRY(fold_graph(g));
   return g;
@@ -185,8 +185,9 @@ int run_model(const ModelRunOptions& o, std::ostream& out, std::ostream& err) {
     err << "fusor run: " << (embedded ? std::string(kDefaultModelName) : o.model) << ": " << e.str() << "\n";
     return 2;
   };
-  auto loaded =
-      embedded ? import_onnx_bytes(default_model_bytes(), std::string(kDefaultModelName)) : load_model(o.model);
+  const OnnxImportOptions onnx{.allow_reference = o.allow_reference};
+  auto loaded = embedded ? import_onnx_bytes(default_model_bytes(), std::string(kDefaultModelName), onnx)
+                         : load_model(o.model, onnx);
   if (!loaded) return fail(loaded.error());
   Graph g = std::move(*loaded);
   auto inputs = make_inputs(g, o);
@@ -203,6 +204,15 @@ int run_model(const ModelRunOptions& o, std::ostream& out, std::ostream& err) {
       << g.nodes.size() << " ops after import\n";
   out << "target: " << (target ? target->name : std::string("none (reference evaluator)")) << "; " << d.regions.size()
       << " region(s), " << d.unfused.size() << " op(s) left to native kernels\n";
+  std::vector<std::string> reference_ops;
+  for (const auto& node : g.nodes)
+    if (is_reference_op(node.op)) reference_ops.push_back(node.label());
+  if (!reference_ops.empty()) {
+    out << "reference evaluator (--allow-reference): " << reference_ops.size()
+        << " op(s) outside fusor's set, evaluated in double, never fused:";
+    for (size_t k = 0; k < reference_ops.size(); ++k) out << (k ? ", " : " ") << reference_ops[k];
+    out << "\n";
+  }
 
   // Warm-up: compiles (or loads from the cache) and verifies every region's kernel.
   auto warm = execute_graph(g, d, *inputs);

@@ -70,6 +70,37 @@ Expected<Broadcast> broadcast(const Node& node, const std::vector<Shape>& shapes
   return b;
 }
 
+Expected<ReducePlan> reduce_plan(const Node& node, Ins in) {
+  FUSOR_TRY(arity(node, in, 1, 2));
+  const Shape& shape = in[0]->shape;
+  const auto rank = static_cast<std::int64_t>(shape.size());
+  std::vector<std::int64_t> axes;
+  if (const GraphTensor* a = opt(in, 1)) {
+    FUSOR_TRY_ASSIGN(axes, ints_of(node, *a, "axes"));
+  } else if (auto attr = node.attr_ints("axes")) {
+    axes = *attr;
+  }
+  ReducePlan plan;
+  const bool noop = axes.empty() && node.attr_int("noop_with_empty_axes", 0) != 0;
+  std::vector<bool> reduced(shape.size(), axes.empty() && !noop);
+  for (auto a : axes) {
+    FUSOR_TRY_ASSIGN(std::int64_t ax, norm_axis(node, a, rank));
+    reduced[static_cast<size_t>(ax)] = true;
+  }
+  const bool keep = node.attr_int("keepdims", 1) != 0;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (!reduced[d] || keep) plan.out.push_back(reduced[d] ? 1 : shape[d]);
+    plan.kept.push_back(reduced[d] ? 1 : shape[d]);
+  }
+  // Every input element maps to the output element of its kept coordinates.
+  plan.to_out.out = shape;
+  auto ks = strides_of(plan.kept);
+  for (size_t d = 0; d < ks.size(); ++d)
+    if (reduced[d]) ks[d] = 0;
+  plan.to_out.strides.push_back(std::move(ks));
+  return plan;
+}
+
 } // namespace graph_kernels
 
 using namespace graph_kernels;
@@ -78,16 +109,24 @@ std::vector<std::string_view> native_op_names() {
   std::vector<std::string_view> names = elementwise_names();
   for (auto n : shape_op_names()) names.push_back(n);
   for (auto n : nn_op_names()) names.push_back(n);
+  for (auto n : reference_op_names()) names.push_back(n);
   std::sort(names.begin(), names.end());
   return names;
 }
 
-bool native_op_known(std::string_view op) { return is_elementwise(op) || is_shape_op(op) || is_nn_op(op); }
+bool native_op_known(std::string_view op) {
+  return is_elementwise(op) || is_shape_op(op) || is_nn_op(op) || is_reference_table_op(op);
+}
 
 Expected<std::vector<GraphTensor>> run_native_node(const Node& node, std::span<const GraphTensor* const> inputs) {
   if (is_elementwise(node.op)) return run_elementwise(node, inputs);
   if (is_shape_op(node.op)) return run_shape_op(node, inputs);
   if (is_nn_op(node.op)) return run_nn_op(node, inputs);
+  if (is_reference_table_op(node.op)) return run_reference_op(node, inputs);
+  if (is_reference_op(node.op))
+    return make_error(ErrorCode::onnx_unsupported_op, node.label() + ": ONNX op '" +
+                                                          node.op.substr(kReferenceOpPrefix.size()) +
+                                                          "' is not in the reference evaluator's table");
   return make_error(ErrorCode::onnx_unsupported_op, node.label() + ": op '" + node.op + "' has no native kernel");
 }
 

@@ -54,43 +54,62 @@ TestResult from_error(const Error& e) {
   return failed(e.str());
 }
 
-TestResult run_test(const fs::path& dir, const OnnxCheckOptions& o) {
-  auto graph = import_onnx_file(dir / "model.onnx");
-  if (!graph) return from_error(graph.error());
+// " (reference evaluator: Cos, Elu)" for the graph's reference nodes, each type once.
+std::string reference_note(const Graph& g) {
+  std::vector<std::string> types;
+  for (const auto& n : g.nodes)
+    if (is_reference_op(n.op)) {
+      const std::string t = n.op.substr(kReferenceOpPrefix.size());
+      if (std::find(types.begin(), types.end(), t) == types.end()) types.push_back(t);
+    }
+  std::string note;
+  for (const auto& t : types) note += (note.empty() ? " (reference evaluator: " : ", ") + t;
+  return note.empty() ? note : note + ")";
+}
+
+TestResult run_graph_test(const fs::path& dir, const Graph& graph, const OnnxCheckOptions& o) {
   Discovery discovery;
   if (o.fuse) {
-    auto types = infer_value_types(*graph);
-    if (types) discovery = discover_regions(*graph, *types);
+    auto types = infer_value_types(graph);
+    if (types) discovery = discover_regions(graph, *types);
   }
   const auto sets = sorted_entries(dir, true, "test_data_set_");
   if (sets.empty()) return failed("no test_data_set_* directory");
   for (const auto& set : sets) {
     ValueMap inputs;
     const auto in_files = sorted_entries(set, false, "input_");
-    if (in_files.size() != graph->inputs.size())
+    if (in_files.size() != graph.inputs.size())
       return failed(set.filename().string() + " has " + std::to_string(in_files.size()) + " inputs, the model takes " +
-                    std::to_string(graph->inputs.size()));
+                    std::to_string(graph.inputs.size()));
     for (size_t k = 0; k < in_files.size(); ++k) {
       auto t = read_onnx_tensor_file(in_files[k]);
       if (!t) return from_error(t.error());
-      inputs[graph->inputs[k].name] = std::move(t->tensor);
+      inputs[graph.inputs[k].name] = std::move(t->tensor);
     }
-    auto run = execute_graph(*graph, discovery, inputs);
+    auto run = execute_graph(graph, discovery, inputs);
     if (!run) return failed(run.error().str());
     const auto out_files = sorted_entries(set, false, "output_");
-    if (out_files.size() != graph->outputs.size())
+    if (out_files.size() != graph.outputs.size())
       return failed(set.filename().string() + " has " + std::to_string(out_files.size()) + " outputs, the model " +
-                    std::to_string(graph->outputs.size()));
+                    std::to_string(graph.outputs.size()));
     for (size_t k = 0; k < out_files.size(); ++k) {
       auto want = read_onnx_tensor_file(out_files[k]);
       if (!want) return from_error(want.error());
-      const std::string& name = graph->outputs[k];
+      const std::string& name = graph.outputs[k];
       std::string why;
       if (!outputs_match(run->values.at(name), want->tensor, o.rtol, o.atol, &why))
         return failed(set.filename().string() + " output '" + name + "': " + why);
     }
   }
   return {};
+}
+
+// `note` names the reference-evaluated ops of the model, when it has any.
+TestResult run_test(const fs::path& dir, const OnnxCheckOptions& o, std::string& note) {
+  auto graph = import_onnx_file(dir / "model.onnx", {.allow_reference = o.allow_reference});
+  if (!graph) return from_error(graph.error());
+  note = reference_note(*graph);
+  return run_graph_test(dir, *graph, o);
 }
 
 std::string fmt_num(double v) {
@@ -146,16 +165,17 @@ Expected<OnnxCheckSummary> check_onnx(std::span<const fs::path> paths, const Onn
   }
   OnnxCheckSummary sum;
   for (const auto& t : tests) {
-    const TestResult r = run_test(t, options);
+    std::string note;
+    const TestResult r = run_test(t, options, note);
     const std::string name = t.filename().string();
     switch (r.outcome) {
     case Outcome::pass:
       ++sum.passed;
-      if (options.verbose) out << "PASS " << name << "\n";
+      if (options.verbose) out << "PASS " << name << note << "\n";
       break;
     case Outcome::fail:
       ++sum.failed;
-      out << "FAIL " << name << ": " << r.why << "\n";
+      out << "FAIL " << name << note << ": " << r.why << "\n";
       break;
     case Outcome::skip:
       ++sum.skipped;

@@ -1,5 +1,6 @@
 // ONNX ModelProto → op graph. Each ONNX op maps to one graph op, or to a short chain of
-// them (Gemm, variadic Max/Min/Sum, Swish, HardSigmoid, HardSwish); then constant and
+// them (Gemm, variadic Max/Min/Sum, Swish, HardSigmoid, HardSwish); with allow_reference an
+// op of the reference evaluator's table becomes a "ref.<op type>" node; then constant and
 // shape computations fold (fold_graph).
 #include "fusor/onnx_import.hpp"
 
@@ -10,6 +11,7 @@
 #include <sstream>
 
 #include "fusor/graph_exec.hpp"
+#include "graph/kernels.hpp"
 
 #if FUSOR_HAVE_ONNX
 #include <onnx/onnx_pb.h>
@@ -34,6 +36,12 @@ std::string onnx_dtype_name(int t) {
   }
 }
 
+std::vector<std::string> reference_onnx_op_types() {
+  std::vector<std::string> types;
+  for (auto name : graph_kernels::reference_op_names()) types.emplace_back(name.substr(kReferenceOpPrefix.size()));
+  return types;
+}
+
 #if !FUSOR_HAVE_ONNX
 
 namespace {
@@ -45,8 +53,10 @@ Error unavailable() {
 } // namespace
 
 bool onnx_import_available() { return false; }
-Expected<Graph> import_onnx_file(const std::filesystem::path&) { return unavailable(); }
-Expected<Graph> import_onnx_bytes(std::span<const unsigned char>, const std::string&) { return unavailable(); }
+Expected<Graph> import_onnx_file(const std::filesystem::path&, const OnnxImportOptions&) { return unavailable(); }
+Expected<Graph> import_onnx_bytes(std::span<const unsigned char>, const std::string&, const OnnxImportOptions&) {
+  return unavailable();
+}
 Expected<NamedTensor> read_onnx_tensor_file(const std::filesystem::path&) { return unavailable(); }
 
 #else
@@ -132,7 +142,7 @@ Expected<GraphTensor> convert_tensor(const onnx::TensorProto& t, const std::stri
 
 class Importer {
 public:
-  explicit Importer(const onnx::ModelProto& model) : model_(model) {
+  Importer(const onnx::ModelProto& model, const OnnxImportOptions& options) : model_(model), options_(options) {
     for (const auto& op : model.opset_import())
       if (op.domain().empty() || op.domain() == "ai.onnx") opset_ = static_cast<int>(op.version());
   }
@@ -167,6 +177,7 @@ public:
 
 private:
   const onnx::ModelProto& model_;
+  OnnxImportOptions options_;
   int opset_ = 1;
   Graph g_;
   int temp_ = 0;
@@ -361,8 +372,35 @@ private:
     }
     if (t == "Gemm") return import_gemm(n, node);
     if (t == "Swish" || t == "HardSigmoid" || t == "HardSwish") return import_gate(n, node);
+    const bool in_reference = graph_kernels::is_reference_table_op(std::string(kReferenceOpPrefix) + t);
+    if (in_reference && options_.allow_reference) return import_reference(n, std::move(node));
     return make_error(ErrorCode::onnx_unsupported_op,
-                      label(n, k) + ": op '" + t + "' is not supported by the ONNX importer");
+                      label(n, k) + ": op '" + t + "' is not supported by the ONNX importer" +
+                          (in_reference ? " (rerun with --allow-reference to evaluate it on the reference evaluator)"
+                           : options_.allow_reference ? " nor by the reference evaluator"
+                                                      : ""));
+  }
+
+  // An op of the reference evaluator's table keeps its ONNX attributes; the two whose
+  // semantics changed with the opset are brought to the current form here.
+  Status import_reference(const onnx::NodeProto& n, Node node) {
+    const std::string& t = n.op_type();
+    node.op = std::string(kReferenceOpPrefix) + t;
+    if (t == "Clip" && opset_ < 11) { // min/max were attributes; since opset 11 they are inputs
+      node.inputs.resize(1);
+      for (const char* bound : {"min", "max"}) {
+        auto it = node.attrs.find(bound);
+        node.inputs.push_back(it == node.attrs.end() ? std::string()
+                                                     : scalar(static_cast<float>(node.attr_float(bound, 0.0))));
+        if (it != node.attrs.end()) node.attrs.erase(it);
+      }
+    }
+    if ((t == "LogSoftmax" || t == "Hardmax") && opset_ < 13) { // 2-D coercion at axis (default 1)
+      node.attrs["axis"] = node.attr_int("axis", 1);
+      node.attrs["coerce_2d"] = std::int64_t{1};
+    }
+    g_.nodes.push_back(std::move(node));
+    return {};
   }
 
   // Y = alpha · op(A) op(B) + beta · C  →  [transpose] → matmul → [mul alpha] → [add beta·C]
@@ -432,18 +470,19 @@ private:
 
 bool onnx_import_available() { return true; }
 
-Expected<Graph> import_onnx_bytes(std::span<const unsigned char> bytes, const std::string& what) {
+Expected<Graph> import_onnx_bytes(std::span<const unsigned char> bytes, const std::string& what,
+                                  const OnnxImportOptions& options) {
   onnx::ModelProto model;
   if (bytes.size() > static_cast<size_t>(std::numeric_limits<int>::max()) ||
       !model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
     return make_error(ErrorCode::graph_invalid, what + " is not a readable ONNX model (protobuf parse failed)");
-  return Importer(model).run();
+  return Importer(model, options).run();
 }
 
-Expected<Graph> import_onnx_file(const std::filesystem::path& path) {
+Expected<Graph> import_onnx_file(const std::filesystem::path& path, const OnnxImportOptions& options) {
   FUSOR_TRY_ASSIGN(std::string bytes, read_bytes(path));
-  auto g =
-      import_onnx_bytes(std::span(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size()), path.string());
+  auto g = import_onnx_bytes(std::span(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size()),
+                             path.string(), options);
   if (!g) return make_error(g.error().code, path.filename().string() + ": " + g.error().message);
   return g;
 }

@@ -29,6 +29,7 @@ struct RunOptions {
   int region = 0; // 0: not given
   LaneFlags lanes;
   bool examples = false;
+  bool allow_reference = false;
 };
 
 bool is_model_file(const std::string& file) {
@@ -41,6 +42,7 @@ int run_model_file(const RunOptions& o) {
   mo.model = o.file; // empty: the embedded default transformer block
   mo.inputs = o.inputs;
   mo.out_dir = o.out;
+  mo.allow_reference = o.allow_reference;
   return run_model(mo, std::cout, std::cerr);
 }
 
@@ -197,6 +199,12 @@ Command add_run_command(CLI::App& app) {
   sub->add_option("--force", o->lanes.force, "Run this lane (candidate name, e.g. x86_c); see fusor explain");
   sub->add_flag("--no-verify", o->lanes.no_verify,
                 "Run kernels that have no oracle certificate (the lane is then tagged +unverified)");
+  sub->add_flag(
+      "--allow-reference", o->allow_reference,
+      "For an ONNX model: run ops outside fusor's set (Cos, Elu, Clip, ReduceL2, LogSoftmax...; the list: fusor "
+      "check-onnx --help) on the "
+      "double-precision reference evaluator instead of rejecting the model; they are never fused, and the "
+      "report names them");
   sub->footer(operand_order_help() +
               "With a region FILE, prints `lane=<lane that ran> time_ms=<kernel time>` and the output shape. With a "
               "model, --in takes the graph inputs in order and --out names a directory for the outputs.\n"
@@ -204,6 +212,10 @@ Command add_run_command(CLI::App& app) {
   return {sub, [o, in, out, region] {
             if (o->lanes.target != "reference")
               if (auto targets = resolve_targets(o->lanes.target); !targets) return fail("fusor run", targets.error());
+            if (o->allow_reference && (o->examples || !(o->file.empty() || is_model_file(o->file))))
+              return fail("fusor run",
+                          make_error(ErrorCode::bad_argument, "--allow-reference applies to a model (.onnx), not to "
+                                                              "regions or --examples"));
             if (o->examples) return run_examples(o->lanes);
             if (o->file.empty() || is_model_file(o->file)) {
               if (o->file.empty() && in->count() + out->count() + region->count() > 0)

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "fusor/cache.hpp"
+#include "targets/cuda/cublaslt_api.hpp"
 #include "targets/cuda/cuda_driver.hpp"
 #include "targets/cuda/cuda_target.hpp"
 
@@ -69,6 +70,18 @@ std::string compile_arch() {
   return d.ok() ? (*d)->device.arch() : std::string(kDefaultArch);
 }
 
+Expected<std::string> source_arch(const KernelSource& source) {
+  const std::string arch = compile_arch();
+  const size_t at = source.source.find(kArchLine);
+  if (at == std::string::npos) return arch;
+  const size_t from = at + kArchLine.size();
+  const std::string wanted = source.source.substr(from, source.source.find('\n', from) - from);
+  // sm_90a code runs on sm_90 devices only.
+  if (wanted == arch + "a") return wanted;
+  return make_error(ErrorCode::runner_unavailable, "kernel '" + source.entry + "' (lane " + source.lane + ") needs " +
+                                                       wanted + "; this device compiles for " + arch);
+}
+
 std::vector<std::string> nvrtc_options(const std::string& arch) {
   // IEEE division and square root, no flush-to-zero: the f32 lanes' budgets are exact.
   return {"--gpu-architecture=" + arch, "-std=c++17", "--fmad=true", "-default-device", "-w"};
@@ -91,15 +104,46 @@ std::string cubin_cache_key(const KernelSource& src, const std::string& arch) {
   return DiskCache::make_key(parts);
 }
 
+// A cuBLASLt plan has nothing to compile: the cache keeps the plan text itself, keyed by
+// the library version it was written for, so the runner and the oracle's sandbox load it
+// through the same path as a cubin.
+Expected<Artifact> store_plan(const KernelSource& source, DiskCache& cache) {
+  const std::string key = DiskCache::make_key(std::vector<std::string>{
+      "fusor-cublaslt-plan-v1", source.source, source.shape_key, std::string(dtype_name(source.dtype)), source.lane,
+      "cublasLt " + cublaslt_header_version()});
+  nlohmann::json meta = {{"lane", source.lane},
+                         {"target", source.target},
+                         {"entry", source.entry},
+                         {"spec", spec_policy_name(source.spec)},
+                         {"shape_key", source.shape_key},
+                         {"dtype", dtype_name(source.dtype)},
+                         {"region_text", source.region_text},
+                         {"compiler", "cublasLt " + cublaslt_header_version()}};
+  FUSOR_TRY_ASSIGN(CacheEntry entry, cache.get_or_build(
+                                         key, "plan",
+                                         [&](const std::filesystem::path& out) -> Status {
+                                           std::ofstream f(out, std::ios::binary | std::ios::trunc);
+                                           f << source.source;
+                                           if (!f)
+                                             return make_error(ErrorCode::io_error, "cannot write " + out.string());
+                                           return {};
+                                         },
+                                         meta));
+  return Artifact{entry.artifact, entry.key, entry.sha256, entry.hit, source};
+}
+
 Expected<Artifact> compile(const KernelSource& source) {
-  if (source.lang != "cuda")
-    return make_error(ErrorCode::bad_argument, "NVRTC compiles lang \"cuda\"; kernel '" + source.entry + "' for lane " +
-                                                   source.lane + " has lang \"" + source.lang + "\"");
+  if (source.lang != "cuda" && source.lang != "cublaslt")
+    return make_error(ErrorCode::bad_argument, "the cuda target compiles lang \"cuda\" (NVRTC) and \"cublaslt\" "
+                                               "(plans); kernel '" +
+                                                   source.entry + "' for lane " + source.lane + " has lang \"" +
+                                                   source.lang + "\"");
   static std::mutex mutex; // the cache's counters are per process, not thread-safe
   std::lock_guard lock(mutex);
   static Expected<DiskCache> cache = DiskCache::open();
   if (!cache) return cache.error();
-  const std::string arch = compile_arch();
+  if (source.lang == "cublaslt") return store_plan(source, *cache);
+  FUSOR_TRY_ASSIGN(const std::string arch, source_arch(source));
   nlohmann::json meta = {{"lane", source.lane},
                          {"target", source.target},
                          {"entry", source.entry},

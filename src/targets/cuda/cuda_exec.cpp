@@ -53,6 +53,15 @@ private:
 
 Expected<std::shared_ptr<LoadedKernel>> LoadedKernel::load(const Driver& d, const std::string& image,
                                                            const std::string& entry, const LaunchSpec& spec) {
+  if (spec.rule == LaunchSpec::Rule::library) {
+    FUSOR_TRY_ASSIGN(CublasPlan plan, parse_plan(image));
+    FUSOR_TRY_ASSIGN(const CublasLt* lt, cuda::cublaslt());
+    std::shared_ptr<LoadedKernel> k(new LoadedKernel(d, nullptr, nullptr, spec));
+    k->plan_ = plan;
+    k->lt_ = lt;
+    FUSOR_TRY(check(d, d.api.cuMemAlloc(&k->workspace_, kWorkspaceBytes), "cuMemAlloc(cuBLASLt workspace)"));
+    return k;
+  }
   CUmodule m = nullptr;
   FUSOR_TRY(check(d, d.api.cuModuleLoadData(&m, image.data()), "cuModuleLoadData"));
   CUfunction f = nullptr;
@@ -80,6 +89,7 @@ Expected<std::shared_ptr<LoadedKernel>> LoadedKernel::load(const Driver& d, cons
 
 LoadedKernel::~LoadedKernel() {
   if (module_) d_.api.cuModuleUnload(module_);
+  if (workspace_) d_.api.cuMemFree(workspace_);
 }
 
 Expected<CallResult> run_call(const Driver& d, const LoadedKernel& k, const KernelCall& call,
@@ -89,14 +99,17 @@ Expected<CallResult> run_call(const Driver& d, const LoadedKernel& k, const Kern
   CallResult result;
   const auto out_elems = static_cast<size_t>(call.output_elems);
 
+  // A library kernel takes some operands widened (plan_operands); a cubin takes them as packed.
+  const std::vector<std::string> host_operands =
+      k.plan() ? plan_operands(*k.plan(), call.operands) : std::vector<std::string>(call.operands);
   std::vector<DeviceBuffer> operands;
   std::vector<CUdeviceptr> operand_ptrs;
-  operands.reserve(call.operands.size());
-  for (size_t i = 0; i < call.operands.size(); ++i) {
+  operands.reserve(host_operands.size());
+  for (size_t i = 0; i < host_operands.size(); ++i) {
     operands.emplace_back(d);
-    FUSOR_TRY(operands.back().alloc(call.operands[i].size(), "operand " + std::to_string(i)));
-    if (!call.operands[i].empty())
-      FUSOR_TRY(check(d, api.cuMemcpyHtoD(operands.back().ptr(), call.operands[i].data(), call.operands[i].size()),
+    FUSOR_TRY(operands.back().alloc(host_operands[i].size(), "operand " + std::to_string(i)));
+    if (!host_operands[i].empty())
+      FUSOR_TRY(check(d, api.cuMemcpyHtoD(operands.back().ptr(), host_operands[i].data(), host_operands[i].size()),
                       "cuMemcpyHtoD(operand " + std::to_string(i) + ")"));
     operand_ptrs.push_back(operands.back().ptr());
   }
@@ -120,8 +133,21 @@ Expected<CallResult> run_call(const Driver& d, const LoadedKernel& k, const Kern
 
   CUdeviceptr table_ptr = table.ptr(), dims_ptr = dims.ptr(), status_ptr = status.ptr(), o = out_ptr;
   void* params[] = {&table_ptr, &o, &dims_ptr, &status_ptr};
+  std::optional<PlanCall> plan_call;
+  std::string library_failure; // the library's own status when a library call failed
+  if (k.plan() && !g.empty) {
+    FUSOR_TRY_ASSIGN(PlanCall pc, PlanCall::make(*k.cublaslt(), *k.plan(), call.dims.at(0), call.dims.at(1),
+                                                 call.dims.at(2), LoadedKernel::kWorkspaceBytes));
+    plan_call.emplace(std::move(pc));
+  }
   // A faulting kernel poisons the context: every later call returns the same sticky error.
   auto launch_failed = [&](CUresult rc, const char* what) -> Expected<CallResult> {
+    if (!library_failure.empty()) {
+      result.kind = CallResult::Kind::kernel_error;
+      result.status = -1;
+      result.detail = library_failure;
+      return result;
+    }
     if (is_sticky_fault(rc)) {
       result.kind = CallResult::Kind::fault;
       result.detail = std::string(what) + ": " + error_text(d, rc);
@@ -130,6 +156,12 @@ Expected<CallResult> run_call(const Driver& d, const LoadedKernel& k, const Kern
     return check(d, rc, what).error();
   };
   auto launch = [&]() -> CUresult {
+    if (plan_call) {
+      const cublasStatus_t st = plan_call->launch(operand_ptrs, o, k.workspace());
+      if (st == CUBLAS_STATUS_SUCCESS) return CUDA_SUCCESS;
+      library_failure = "cublasLtMatmul: " + cublas_status_text(*k.cublaslt(), st);
+      return CUDA_ERROR_UNKNOWN;
+    }
     return api.cuLaunchKernel(k.function(), g.grid_x, g.grid_y, g.grid_z, g.block, 1, 1, g.smem, nullptr, params,
                               nullptr);
   };
@@ -179,12 +211,12 @@ Expected<CallResult> run_call(const Driver& d, const LoadedKernel& k, const Kern
     }
   }
   if (options.check_operands) {
-    for (size_t i = 0; i < call.operands.size(); ++i) {
-      std::string back(call.operands[i].size(), '\0');
+    for (size_t i = 0; i < host_operands.size(); ++i) {
+      std::string back(host_operands[i].size(), '\0');
       if (!back.empty())
         FUSOR_TRY(check(d, api.cuMemcpyDtoH(back.data(), operands[i].ptr(), back.size()),
                         "cuMemcpyDtoH(operand " + std::to_string(i) + ")"));
-      if (back != call.operands[i]) {
+      if (back != host_operands[i]) {
         result.kind = CallResult::Kind::out_of_bounds_write;
         result.detail = "the kernel wrote into operand " + std::to_string(i);
         return result;

@@ -6,10 +6,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "fusor/sandbox.hpp"
+#include "targets/cuda/cublaslt_lane.hpp"
 #include "targets/cuda/cuda_driver.hpp"
 #include "targets/cuda/cuda_launch.hpp"
 
@@ -24,7 +26,9 @@ inline constexpr int kKernelUnsupportedDims = 3;
 
 class LoadedKernel {
 public:
-  // Loads a cubin image (the bytes of the cached artifact) and finds `entry`.
+  // Loads a cubin image (the bytes of the cached artifact) and finds `entry`; for the
+  // library rule the image is a cuBLASLt plan, and loading opens cuBLASLt and allocates
+  // the library's workspace.
   static Expected<std::shared_ptr<LoadedKernel>> load(const Driver& d, const std::string& image,
                                                       const std::string& entry, const LaunchSpec& spec);
   ~LoadedKernel();
@@ -33,6 +37,11 @@ public:
 
   CUfunction function() const { return fn_; }
   const LaunchSpec& spec() const { return spec_; }
+  // A library kernel's plan, library and workspace (nullptr / 0 for a cubin).
+  const CublasPlan* plan() const { return plan_ ? &*plan_ : nullptr; }
+  const CublasLt* cublaslt() const { return lt_; }
+  CUdeviceptr workspace() const { return workspace_; }
+  static constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 
 private:
   LoadedKernel(const Driver& d, CUmodule m, CUfunction f, LaunchSpec s) : d_(d), module_(m), fn_(f), spec_(s) {}
@@ -40,6 +49,9 @@ private:
   CUmodule module_;
   CUfunction fn_;
   LaunchSpec spec_;
+  std::optional<CublasPlan> plan_;
+  const CublasLt* lt_ = nullptr;
+  CUdeviceptr workspace_ = 0;
 };
 
 struct CallResult {

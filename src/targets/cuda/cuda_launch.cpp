@@ -18,6 +18,7 @@ std::string_view rule_name(LaunchSpec::Rule r) {
   case LaunchSpec::Rule::rows: return "rows";
   case LaunchSpec::Rule::gemm: return "gemm";
   case LaunchSpec::Rule::attention: return "attention";
+  case LaunchSpec::Rule::library: return "library";
   }
   return "?";
 }
@@ -49,8 +50,8 @@ Expected<LaunchSpec> parse_launch(std::string_view source) {
   if (words.empty()) return bad("empty");
   LaunchSpec s;
   bool known = false;
-  for (auto r :
-       {LaunchSpec::Rule::elementwise, LaunchSpec::Rule::rows, LaunchSpec::Rule::gemm, LaunchSpec::Rule::attention})
+  for (auto r : {LaunchSpec::Rule::elementwise, LaunchSpec::Rule::rows, LaunchSpec::Rule::gemm,
+                 LaunchSpec::Rule::attention, LaunchSpec::Rule::library})
     if (words[0] == rule_name(r)) s.rule = r, known = true;
   if (!known) return bad("unknown rule '" + std::string(words[0]) + "'");
   for (size_t i = 1; i < words.size(); ++i) {
@@ -111,6 +112,10 @@ Expected<Geometry> geometry(const LaunchSpec& s, std::span<const std::int64_t> d
     g.empty = dims[3] <= 0 || dims[0] * dims[1] <= 0;
     gx = ceil_div(std::max<std::int64_t>(dims[3], 1), s.tile_m);
     gy = std::max<std::int64_t>(dims[0] * dims[1], 1);
+    break;
+  case LaunchSpec::Rule::library:
+    FUSOR_TRY(need(2));
+    g.empty = dims[0] <= 0 || dims[1] <= 0;
     break;
   }
   if (gx > kMaxGridX || gy > kMaxGridYZ)

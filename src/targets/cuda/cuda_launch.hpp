@@ -16,8 +16,9 @@ namespace fusor::cuda {
 struct LaunchSpec {
   // elementwise: grid-stride over dims[0] elements; rows: `tile_m` rows of dims[0] per
   // block; gemm: tile_m × tile_n output tiles of M=dims[0], N=dims[1] (tile_n 0: one block
-  // spans whole rows); attention: tile_m query rows (dims[3]) × batch·heads (dims[0]·dims[1]).
-  enum class Rule { elementwise, rows, gemm, attention };
+  // spans whole rows); attention: tile_m query rows (dims[3]) × batch·heads (dims[0]·dims[1]);
+  // library: no grid of ours, a vendor library call (cuBLASLt) on M=dims[0], N=dims[1].
+  enum class Rule { elementwise, rows, gemm, attention, library };
   Rule rule = Rule::elementwise;
   int threads = 256;
   int tile_m = 1;

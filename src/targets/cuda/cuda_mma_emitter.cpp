@@ -9,11 +9,13 @@
 // copies and take a per-element load path (same kernel, chosen at run time).
 #include <algorithm>
 #include <array>
+#include <optional>
 
 #include "codegen/abi.hpp"
 #include "codegen/c_renderer.hpp"
 #include "targets/cuda/cuda_emitters.hpp"
 #include "targets/cuda/cuda_source.hpp"
+#include "targets/cuda/cuda_target.hpp"
 
 namespace fusor::cuda {
 namespace {
@@ -90,15 +92,21 @@ static __device__ __forceinline__ void fusor_load_tile(uint16_t* s, int ld_s, co
 struct GemmTile {
   std::string_view name;
   int bm, bn, warps_m, warps_n;
+  bool wgmma = false; // Hopper warpgroup MMA (two warpgroups of 64 rows each), else mma.sync
+  int stages = 4;     // default pipeline depth
 };
-constexpr std::array<GemmTile, 4> kGemmTiles{{
+constexpr std::array<GemmTile, 6> kGemmTiles{{
     {"128x128", 128, 128, 2, 2},
     {"128x256", 128, 256, 2, 4},
     {"256x128", 256, 128, 4, 2},
     {"64x128", 64, 128, 2, 2},
+    {"wg128x256", 128, 256, 8, 1, true, 4},
+    {"wg128x128", 128, 128, 8, 1, true, 6},
 }};
 // Gated kernels carry two accumulator sets: half the columns per block.
 constexpr std::array<GemmTile, 2> kGatedTiles{{{"128x64", 128, 64, 2, 2}, {"64x128", 64, 128, 2, 2}}};
+constexpr int kWgmmaBK = 64;          // one 128-byte swizzled row of 16-bit elements
+constexpr int kMaxSmemOptin = 232448; // shared memory a Hopper block may opt into
 constexpr int kBK = 32;
 
 struct GemmPlan {
@@ -193,11 +201,18 @@ constexpr std::string_view kGemmMain = R"(  extern __shared__ uint4 fusor_smem_r
         const int64_t gm = m0 + wm * WTM + mi * 16 + (lane >> 2) + hf * 8;
         const int64_t gn = n0 + wn * WTN + ni * 8 + (lane & 3) * 2;
         if (gm >= M) continue;
-        float vals[2];
+        const float raw[2] = {acc[0][mi][ni][hf * 2], acc[0][mi][ni][hf * 2 + 1]};
+        const float raw_up[2] = {acc[NB - 1][mi][ni][hf * 2], acc[NB - 1][mi][ni][hf * 2 + 1]};
+@STORE@      }
+)";
+
+// The store of one accumulator pair (raw[0..1] at row gm, columns gn, gn + 1; raw_up the
+// up-projection's pair for gated kernels): epilogue from the op table, then one store.
+constexpr std::string_view kGemmStore = R"(        float vals[2];
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int64_t n = gn + e;
-          float v = acc[0][mi][ni][hf * 2 + e];
+          float v = raw[e];
 @EPILOGUE@          vals[e] = v;
         }
         float* o = out + gm * N + gn;
@@ -207,7 +222,155 @@ constexpr std::string_view kGemmMain = R"(  extern __shared__ uint4 fusor_smem_r
           if (gn < N) o[0] = vals[0];
           if (gn + 1 < N) o[1] = vals[1];
         }
+)";
+
+// Hopper (sm_90a) GEMM: warpgroup MMA (wgmma.mma_async) reading both operands from shared
+// memory through matrix descriptors. Tiles are staged by cp.async in the 128-byte swizzled
+// layout wgmma reads (16-byte chunk c of a 128-byte row r sits at chunk c ^ (r % 8)), in
+// blocks of 64 columns: A and a [N, K] B are K-major, a [K, N] B is N-major (transposed
+// read). STAGES - 2 tiles load ahead while one wgmma group runs, so one barrier per step
+// orders both the copies and the reuse of a slot two steps old.
+constexpr std::string_view kWgmmaHelpers =
+    R"(static __device__ __forceinline__ uint64_t fusor_wg_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)((lbo & 0x3FFFF) >> 4) << 16) |
+         ((uint64_t)((sbo & 0x3FFFF) >> 4) << 32) | (1ull << 62); /* 128-byte swizzle */
+}
+static __device__ __forceinline__ void fusor_wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+static __device__ __forceinline__ void fusor_wg_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N> static __device__ __forceinline__ void fusor_wg_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+static __device__ __forceinline__ void fusor_proxy_fence() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+/* ROWS x COLS halves (COLS a multiple of 64) of row-major g from (row0, col0) into blocks of
+   64 columns ([ROWS][64] each, 128-byte rows, swizzled) at shared address s; zero outside. */
+template <int ROWS, int COLS, int THREADS>
+static __device__ __forceinline__ void fusor_load_sw(uint32_t s, const uint16_t* __restrict__ g, int64_t rows_total,
+                                                     int64_t cols_total, int64_t row0, int64_t col0, bool vec) {
+  constexpr int CPR = COLS / 8, CHUNKS = ROWS * CPR;
+#pragma unroll
+  for (int i = 0; i < (CHUNKS + THREADS - 1) / THREADS; ++i) {
+    const int c = (int)threadIdx.x + i * THREADS;
+    if (CHUNKS % THREADS != 0 && c >= CHUNKS) break;
+    const int r = c / CPR, ch = c % CPR;
+    const int64_t gr = row0 + r, gc = col0 + ch * 8;
+    const uint32_t dst = s + (uint32_t)((ch >> 3) * (ROWS * 128) + r * 128 + (((ch & 7) ^ (r & 7)) << 4));
+    if (vec) {
+      const bool in = gr < rows_total && gc < cols_total;
+      fusor_cp16(dst, in ? (const void*)(g + gr * cols_total + gc) : (const void*)g, in ? 16 : 0);
+    } else {
+      for (int e = 0; e < 8; ++e) {
+        const uint16_t v = (gr < rows_total && gc + e < cols_total) ? g[gr * cols_total + gc + e] : (uint16_t)0;
+        asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(dst + 2 * e), "h"(v));
       }
+    }
+  }
+}
+)";
+
+constexpr std::string_view kGemmWgmma = R"(  extern __shared__ uint4 fusor_smem_raw[];
+  const uint32_t sbase = (fusor_smem(fusor_smem_raw) + 1023u) & ~1023u; /* swizzle atoms are 1024 bytes */
+  const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, warp = (tid >> 5) & 3;
+  const int64_t tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
+  const int64_t pid = (int64_t)blockIdx.y * gridDim.x + blockIdx.x;
+  /* grouped raster: 8 tile-rows in flight share their B panels in L2 */
+  const int64_t group = 8 * tiles_n, first = (pid / group) * 8;
+  if (first >= tiles_m) return;
+  const int64_t gsize = tiles_m - first < 8 ? tiles_m - first : 8;
+  const int64_t m0 = (first + (pid % group) % gsize) * BM, n0 = ((pid % group) / gsize) * BN;
+  const bool vec = K % 8 == 0 && (B_KMAJOR || N % 8 == 0);
+  const int KT = (int)((K + BK - 1) / BK);
+  float d[BN / 2];
+#pragma unroll
+  for (int i = 0; i < BN / 2; ++i) d[i] = 0.0f;
+  /* Each thread copies the same chunks of every k-tile: chunk c = tid + i * THREADS. Their
+     source pointers and swizzled offsets are computed once; tiles wholly inside the
+     matrices take these unchecked copies, edge tiles the checked fusor_load_sw. */
+  constexpr int A_CH = BM * BK / 8 / THREADS, B_CH = BN * BK / 8 / THREADS, B_CPR = B_KMAJOR ? BK / 8 : BN / 8;
+  const bool inner_mn = vec && m0 + BM <= M && n0 + BN <= N;
+  const uint16_t* a_src[A_CH];
+  const uint16_t* b_src[B_CH];
+  uint32_t a_dst[A_CH], b_dst[B_CH];
+#pragma unroll
+  for (int i = 0; i < A_CH; ++i) {
+    const int c = tid + i * THREADS, r = c >> 3, ch = c & 7;
+    a_src[i] = A + (m0 + r) * K + ch * 8;
+    a_dst[i] = (uint32_t)(r * 128 + ((ch ^ (r & 7)) << 4));
+  }
+#pragma unroll
+  for (int i = 0; i < B_CH; ++i) {
+    const int c = tid + i * THREADS, r = c / B_CPR, ch = c % B_CPR;
+    b_src[i] = B_KMAJOR ? Bmat[0] + (n0 + r) * K + ch * 8 : Bmat[0] + (int64_t)r * N + n0 + ch * 8;
+    b_dst[i] = (uint32_t)(A_BYTES + (ch >> 3) * (BK * 128) + r * 128 + (((ch & 7) ^ (r & 7)) << 4));
+  }
+  auto load = [&](int slot, int kt) {
+    const uint32_t st = sbase + slot * STAGE_BYTES;
+    const int64_t k0 = (int64_t)kt * BK;
+    if (inner_mn && k0 + BK <= K) {
+      const int64_t b_off = B_KMAJOR ? k0 : k0 * N;
+#pragma unroll
+      for (int i = 0; i < A_CH; ++i) fusor_cp16(st + a_dst[i], a_src[i] + k0, 16);
+#pragma unroll
+      for (int i = 0; i < B_CH; ++i) fusor_cp16(st + b_dst[i], b_src[i] + b_off, 16);
+      return;
+    }
+    fusor_load_sw<BM, BK, THREADS>(st, A, M, K, m0, k0, vec);
+    if (B_KMAJOR)
+      fusor_load_sw<BN, BK, THREADS>(st + A_BYTES, Bmat[0], N, K, n0, k0, vec);
+    else
+      fusor_load_sw<BK, BN, THREADS>(st + A_BYTES, Bmat[0], K, N, k0, n0, vec);
+  };
+  /* AHEAD tiles load ahead. One barrier a step (AHEAD = STAGES - 2): the slot refilled at
+     step kt held step kt - 2, which every warpgroup finished before the barrier. Two
+     barriers (AHEAD = STAGES - 1): the second, after each warpgroup waited for step kt - 1,
+     frees that slot one step earlier. */
+  constexpr int AHEAD = TWO_BARRIERS ? STAGES - 1 : STAGES - 2;
+#pragma unroll
+  for (int s = 0; s < AHEAD; ++s) {
+    if (s < KT) load(s, s);
+    fusor_cp_commit();
+  }
+  for (int kt = 0; kt < KT; ++kt) {
+    fusor_cp_wait<AHEAD - 1>();
+    fusor_proxy_fence(); /* cp.async writes, then the async proxy (wgmma) reads */
+    __syncthreads();
+    /* queue this step's wgmma group first, then refill a finished slot while it runs */
+    const uint32_t st = sbase + (kt % STAGES) * STAGE_BYTES;
+    fusor_wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < BK / 16; ++kk) {
+      const uint64_t da = fusor_wg_desc(st + wg * 64 * 128 + kk * 32, 16, 1024);
+      const uint64_t db = B_KMAJOR ? fusor_wg_desc(st + A_BYTES + kk * 32, 16, 1024)
+                                   : fusor_wg_desc(st + A_BYTES + kk * 16 * 128, BK * 128, 1024);
+      fusor_wgmma(d, da, db);
+    }
+    fusor_wg_commit();
+    if (TWO_BARRIERS) {
+      fusor_wg_wait<1>();
+      __syncthreads();
+    }
+    if (kt + AHEAD < KT) load((kt + AHEAD) % STAGES, kt + AHEAD);
+    fusor_cp_commit();
+    if (!TWO_BARRIERS) fusor_wg_wait<1>();
+  }
+  fusor_wg_wait<0>();
+  fusor_cp_wait<0>();
+  /* accumulator fragment: warp w of the warpgroup holds rows 16w + lane/4 (+8); pair j
+     of 8 columns holds d[4j..4j+3] at columns 8j + 2(lane % 4) + {0, 1} */
+#pragma unroll
+  for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+        const int64_t gm = m0 + wg * 64 + warp * 16 + (lane >> 2) + hf * 8;
+        const int64_t gn = n0 + j * 8 + (lane & 3) * 2;
+        if (gm >= M) continue;
+        const float raw[2] = {d[4 * j + 2 * hf], d[4 * j + 2 * hf + 1]};
+        const float* raw_up = raw;
+        (void)raw_up;
+@STORE@    }
 )";
 
 std::string gemm_epilogue(const GemmPlan& plan, DType dtype) {
@@ -215,7 +378,7 @@ std::string gemm_epilogue(const GemmPlan& plan, DType dtype) {
   const std::string in = "          ";
   std::string s;
   if (plan.gate) {
-    s += in + "float u = acc[1][mi][ni][hf * 2 + e];\n";
+    s += in + "float u = raw_up[e];\n";
     s += codegen::render_unary_chain(d, std::vector<Op>{*plan.gate}, "v", "", in);
     s += in + "v = " + codegen::render_op(d, Op::mul, "v", "u") + ";\n";
   }
@@ -231,20 +394,95 @@ std::string gemm_epilogue(const GemmPlan& plan, DType dtype) {
   return s + in + "}\n";
 }
 
+// Measured on the H200 (bench/results/gpu-bench.jsonl): wgmma tiles run 1.9-2.6x the
+// mma.sync ones; 128x256 with two barriers a step is fastest from M = 4096 up, 128x128
+// when few row tiles exist (M = 512: 0.047 against 0.078 ms). Without known dims (dynamic
+// spec) the large tile is the default. Gated kernels (two accumulator sets) use mma.sync.
+std::string default_gemm_tile(bool gated, const EmitOptions& options) {
+  if (gated) return "128x64";
+  if (compile_arch() != "sm_90") return "128x128";
+  if (options.spec != SpecPolicy::dynamic && options.dims && options.dims->M <= 1024) return "wg128x128";
+  return "wg128x256";
+}
+
+// The operand pointers every GEMM kernel binds (A, B or Wg/Wu, then bias and residual).
+std::string gemm_operands(const GemmPlan& plan) {
+  const bool gated = plan.gate.has_value();
+  std::string s = "  const uint16_t* __restrict__ A = (const uint16_t*)operands[0];\n";
+  s += "  const uint16_t* Bmat[NB] = {(const uint16_t*)operands[1]" +
+       std::string(gated ? ", (const uint16_t*)operands[2]" : "") + "};\n";
+  int next = gated ? 3 : 2;
+  if (std::find(plan.epilogue.begin(), plan.epilogue.end(), Op::bias) != plan.epilogue.end())
+    s += "  const uint16_t* __restrict__ bias = (const uint16_t*)operands[" + std::to_string(next++) + "];\n";
+  if (plan.residual)
+    s += "  const uint16_t* __restrict__ res = (const uint16_t*)operands[" + std::to_string(next++) + "];\n";
+  return s;
+}
+
+// wgmma.mma_async m64nNk16 with f32 accumulators d[0..N/2) and both operands in shared
+// memory; `trans_b` reads B N-major.
+std::string wgmma_instruction(int n, bool trans_b, DType dtype) {
+  const int regs = n / 2;
+  std::string regs_list;
+  for (int i = 0; i < regs; ++i) regs_list += (i ? ", %" : "%") + std::to_string(i);
+  std::string s = "static __device__ __forceinline__ void fusor_wgmma(float* d, uint64_t da, uint64_t db) {\n";
+  s += "  asm volatile(\"wgmma.mma_async.sync.aligned.m64n" + std::to_string(n) + "k16.f32." +
+       std::string(dtype == DType::f16 ? "f16.f16" : "bf16.bf16") + " {" + regs_list + "}, %" + std::to_string(regs) +
+       ", %" + std::to_string(regs + 1) + ", 1, 1, 1, 0, " + (trans_b ? "1" : "0") + ";\\n\"\n               : ";
+  for (int i = 0; i < regs; ++i) s += (i ? ", " : "") + std::string("\"+f\"(d[") + std::to_string(i) + "])";
+  s += "\n               : \"l\"(da), \"l\"(db));\n}\n";
+  return s;
+}
+
+Expected<std::pair<std::string, LaunchSpec>> wgmma_gemm_kernel(const Region& region, const GemmPlan& plan, DType dtype,
+                                                               const EmitOptions& options, std::string_view lane,
+                                                               const GemmTile& tile, int stages, bool two_barriers) {
+  const RegionKind kind = region_kind(region);
+  if (const std::string arch = compile_arch(); arch != "sm_90")
+    return unsupported(
+        kind, lane, "tile " + std::string(tile.name) + " uses wgmma, which needs sm_90 (compiling for " + arch + ")");
+  if (stages < 3) return unsupported(kind, lane, "tile " + std::string(tile.name) + " needs stages >= 3");
+  const int threads = 256; // two warpgroups, 64 rows each
+  const int stage_bytes = (tile.bm + tile.bn) * kWgmmaBK * 2;
+  const int smem = stages * stage_bytes + 1024; // + alignment of the first swizzle atom
+  if (smem > kMaxSmemOptin)
+    return unsupported(kind, lane,
+                       "tile " + std::string(tile.name) + " with " + std::to_string(stages) + " stages needs " +
+                           std::to_string(smem) + " bytes of shared memory");
+  const LaunchSpec launch{LaunchSpec::Rule::gemm, threads, tile.bm, tile.bn, smem};
+  std::string s = wgmma_instruction(tile.bn, !plan.b_kmajor, dtype);
+  s += "constexpr int BM = " + std::to_string(tile.bm) + ", BN = " + std::to_string(tile.bn) +
+       ", BK = " + std::to_string(kWgmmaBK) + ", STAGES = " + std::to_string(stages) + ", THREADS = 256, NB = 1;\n";
+  s += std::string("constexpr bool B_KMAJOR = ") + (plan.b_kmajor ? "true" : "false") + ";\n";
+  s += std::string("constexpr bool TWO_BARRIERS = ") + (two_barriers ? "true" : "false") + ";\n";
+  s += "constexpr int A_BYTES = BM * BK * 2, STAGE_BYTES = (BM + BN) * BK * 2;\n\n";
+  FUSOR_TRY_ASSIGN(std::string open, entry_open(region, options, threads, lane));
+  s += open + gemm_operands(plan);
+  std::string body(kGemmWgmma);
+  replace_all(body, "@STORE@", kGemmStore);
+  replace_all(body, "@EPILOGUE@", gemm_epilogue(plan, dtype));
+  s += body + "}\n";
+  return std::pair{std::string(kArchLine) + "sm_90a\n" + std::string(kWgmmaHelpers) + s, launch};
+}
+
 Expected<std::pair<std::string, LaunchSpec>> gemm_kernel(const Region& region, const GemmPlan& plan, DType dtype,
                                                          const EmitOptions& options, std::string_view lane) {
   const RegionKind kind = region_kind(region);
   const bool gated = plan.gate.has_value();
-  std::string tile_name = gated ? "128x64" : "128x128";
-  int stages = 4;
+  std::string tile_name = default_gemm_tile(gated, options);
+  int stages = 0; // 0: the tile's default
+  std::optional<bool> two_barriers;
   for (const auto& [key, value] : options.options) {
     if (key == "tile") {
       tile_name = value;
+    } else if (key == "barriers") {
+      if (value != "1" && value != "2") return unsupported(kind, lane, "option barriers=" + value + " (1 or 2)");
+      two_barriers = value == "2";
     } else if (key == "stages") {
       stages = value.size() == 1 && value[0] >= '2' && value[0] <= '6' ? value[0] - '0' : 0;
       if (!stages) return unsupported(kind, lane, "option stages=" + value + " (2..6 are allowed)");
     } else {
-      return unsupported(kind, lane, "unknown option '" + key + "=" + value + "' (tile, stages are known)");
+      return unsupported(kind, lane, "unknown option '" + key + "=" + value + "' (tile, stages, barriers are known)");
     }
   }
   const GemmTile* tile = nullptr;
@@ -254,6 +492,10 @@ Expected<std::pair<std::string, LaunchSpec>> gemm_kernel(const Region& region, c
     if (t.name == tile_name) tile = &t;
   }
   if (!tile) return unsupported(kind, lane, "option tile=" + tile_name + " (known: " + known + ")");
+  if (stages == 0) stages = tile->stages;
+  if (tile->wgmma)
+    return wgmma_gemm_kernel(region, plan, dtype, options, lane, *tile, stages, two_barriers.value_or(true));
+  if (two_barriers) return unsupported(kind, lane, "option barriers applies to the wgmma (wg*) tiles");
   const int threads = tile->warps_m * tile->warps_n * 32;
   const int nb = gated ? 2 : 1;
   const int a_tile = tile->bm * (kBK + 8);
@@ -271,16 +513,9 @@ Expected<std::pair<std::string, LaunchSpec>> gemm_kernel(const Region& region, c
   s += "constexpr int A_LD = BK + 8, B_LD = B_KMAJOR ? BK + 8 : BN + 8; /* padded rows: conflict-free ldmatrix */\n";
   s += "constexpr int A_TILE = BM * A_LD, B_TILE = B_KMAJOR ? BN * B_LD : BK * B_LD, STAGE = A_TILE + NB * B_TILE;\n\n";
   FUSOR_TRY_ASSIGN(std::string open, entry_open(region, options, threads, lane));
-  s += open;
-  s += "  const uint16_t* __restrict__ A = (const uint16_t*)operands[0];\n";
-  s += "  const uint16_t* Bmat[NB] = {(const uint16_t*)operands[1]" +
-       std::string(gated ? ", (const uint16_t*)operands[2]" : "") + "};\n";
-  int next = gated ? 3 : 2;
-  if (std::find(plan.epilogue.begin(), plan.epilogue.end(), Op::bias) != plan.epilogue.end())
-    s += "  const uint16_t* __restrict__ bias = (const uint16_t*)operands[" + std::to_string(next++) + "];\n";
-  if (plan.residual)
-    s += "  const uint16_t* __restrict__ res = (const uint16_t*)operands[" + std::to_string(next++) + "];\n";
+  s += open + gemm_operands(plan);
   std::string body(kGemmMain);
+  replace_all(body, "@STORE@", kGemmStore);
   replace_all(body, "@EPILOGUE@", gemm_epilogue(plan, dtype));
   s += body + "}\n";
   return std::pair{s, launch};

@@ -2,6 +2,7 @@
 // register_builtin_targets makes for cuda.
 #include "targets/cuda/cuda_target.hpp"
 
+#include "targets/cuda/cublaslt_lane.hpp"
 #include "targets/cuda/cuda_driver.hpp"
 #include "targets/cuda/cuda_emitters.hpp"
 
@@ -47,6 +48,8 @@ void register_target(Registry& registry) {
           lane, "cuda", kind, 2, [dtype](const Region& region) { return mma_declines(region, dtype); },
           [dtype](const Region& region, const EmitOptions& options) { return emit_mma(region, options, dtype); }});
   }
+  registry.add_candidate(
+      Candidate{std::string(kCublasLtLane), "cuda", RegionKind::fused, 3, cublaslt_declines, emit_cublaslt});
 }
 
 } // namespace fusor::cuda

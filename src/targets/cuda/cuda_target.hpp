@@ -15,6 +15,10 @@ inline constexpr std::string_view kDefaultArch = "sm_90";
 
 // FUSOR_CUDA_ARCH, else the device's compute capability, else kDefaultArch.
 std::string compile_arch();
+// A kernel that needs an architecture-specific target (wgmma: sm_90a) says so in one line
+// of its source: "// fusor-arch: sm_90a". The arch NVRTC compiles `source` for.
+inline constexpr std::string_view kArchLine = "// fusor-arch: ";
+Expected<std::string> source_arch(const KernelSource& source);
 std::string nvrtc_version(); // "13.0"
 std::vector<std::string> nvrtc_options(const std::string& arch);
 std::string cubin_cache_key(const KernelSource& source, const std::string& arch);

@@ -56,6 +56,17 @@ for n, s in (('A', (64, 96)), ('B', (96, 128)), ('bias', (128,)), ('res', (64, 1
     echo "\$ fusor $cmd" | tee -a "$LOG"
     (cd "$ROOT" && timeout 120 "$BUILD/fusor" $cmd 2>&1 | head -14) | tee -a "$LOG"
   done
+  # The arbiter across the cuda candidates (generic, tensor-core, cuBLASLt): oracle, then
+  # measured autotune, for a large and a short GEMM; and a whole graph on --target auto.
+  echo 'fused { epilogue = [bias, gelu]; storage = bf16; }' >"$BUILD/gemm_bf16.region"
+  for dims in 4096,4096,4096 512,4096,4096; do
+    echo "\$ fusor explain gemm_bf16.region --target cuda --dims $dims" | tee -a "$LOG"
+    FUSOR_CORPUS=$BUILD/corpus.json timeout 300 "$BUILD/fusor" explain "$BUILD/gemm_bf16.region" --target cuda \
+      --dims $dims 2>&1 | tail -12 | tee -a "$LOG"
+  done
+  echo "\$ fusor run examples/mlp_block.graph --target auto" | tee -a "$LOG"
+  (cd "$ROOT" && FUSOR_CORPUS=$BUILD/corpus.json timeout 300 "$BUILD/fusor" run examples/mlp_block.graph \
+    --target auto 2>&1 | tail -25) | tee -a "$LOG"
 fi
 if [ -n "$BENCH" ]; then
   extra=""

@@ -4,23 +4,12 @@
 #include "fusor/discovery.hpp"
 #include "fusor/model_exec.hpp"
 #include "support/compare.hpp"
+#include "support/discovery.hpp"
 
 namespace fusor {
 namespace {
 
-struct Found {
-  Graph graph;
-  Discovery d;
-};
-
-Found discover(const std::string& text) {
-  auto g = parse_graph(text);
-  EXPECT_TRUE(g.ok()) << g.error().str();
-  auto types = infer_value_types(*g);
-  EXPECT_TRUE(types.ok()) << types.error().str();
-  Discovery d = discover_regions(*g, *types);
-  return {std::move(*g), std::move(d)};
-}
+using testing::discover;
 
 std::vector<std::string> kinds(const Discovery& d) {
   std::vector<std::string> out;

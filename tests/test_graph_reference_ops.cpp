@@ -20,47 +20,19 @@
 #include "fusor/model_run.hpp"
 #include "fusor/onnx_import.hpp"
 #include "support/compare.hpp"
+#include "support/discovery.hpp"
+#include "support/onnx_writer.hpp"
 
 namespace fusor {
 namespace {
 
 constexpr float kNan = std::numeric_limits<float>::quiet_NaN(), kInf = std::numeric_limits<float>::infinity();
 
-// ---- a minimal protobuf writer for ONNX models (wire format, as in test_onnx_import) ------
-std::string varint(std::uint64_t v) {
-  std::string out;
-  while (v >= 0x80) {
-    out += static_cast<char>((v & 0x7f) | 0x80);
-    v >>= 7;
-  }
-  return out + static_cast<char>(v);
-}
-std::string field_varint(int field, std::uint64_t v) {
-  return varint(static_cast<std::uint64_t>(field) << 3) + varint(v);
-}
-std::string field_bytes(int field, const std::string& s) {
-  return varint((static_cast<std::uint64_t>(field) << 3) | 2) + varint(s.size()) + s;
-}
-std::string field_float(int field, float f) {
-  std::string out = varint((static_cast<std::uint64_t>(field) << 3) | 5);
-  out.append(reinterpret_cast<const char*>(&f), 4);
-  return out;
-}
+using namespace testing::onnx_writer;
 
 constexpr int kFloat = 1;
 
-// ValueInfoProto{name, type{tensor_type{elem_type, shape{dim...}}}}
-std::string value_info(const std::string& name, std::initializer_list<int> dims) {
-  std::string shape;
-  for (int d : dims) shape += field_bytes(1, field_varint(1, static_cast<std::uint64_t>(d)));
-  const std::string tensor = field_varint(1, kFloat) + field_bytes(2, shape);
-  return field_bytes(1, name) + field_bytes(2, field_bytes(1, tensor));
-}
-
-// AttributeProto: FLOAT (type 1), INT (type 2), INTS (type 7).
-std::string float_attr(const std::string& name, float v) {
-  return field_bytes(5, field_bytes(1, name) + field_float(2, v) + field_varint(20, 1));
-}
+// AttributeProto: INT (type 2), INTS (type 7).
 std::string int_attr(const std::string& name, std::int64_t v) {
   return field_bytes(5, field_bytes(1, name) + field_varint(3, static_cast<std::uint64_t>(v)) + field_varint(20, 2));
 }
@@ -99,7 +71,7 @@ std::string chain_model() {
       node("Pow", {"h", "two"}, "p", "pow0") +
       node("Constant", {}, "axes", "const_axes", ints_attr("value_ints", {1})) +
       node("ReduceL2", {"p", "axes"}, "r", "l2", int_attr("keepdims", 0)) + node("LogSoftmax", {"r"}, "y", "lsm0");
-  return model(nodes, value_info("x", {2, 3}), value_info("y", {2}), 18);
+  return model(nodes, value_info("x", kFloat, {2, 3}), value_info("y", kFloat, {2}), 18);
 }
 
 class ReferenceImport : public ::testing::Test {
@@ -148,8 +120,8 @@ TEST_F(ReferenceImport, WithTheOptionTheChainRunsAndMatchesHandComputedValues) {
 }
 
 TEST_F(ReferenceImport, AnOpInNeitherSetStillFailsNamingIt) {
-  const std::string m =
-      model(node("NonMaxSuppression", {"x"}, "y", "nms0"), value_info("x", {1, 4, 4}), value_info("y", {1, 3}), 18);
+  const std::string m = model(node("NonMaxSuppression", {"x"}, "y", "nms0"), value_info("x", kFloat, {1, 4, 4}),
+                              value_info("y", kFloat, {1, 3}), 18);
   for (bool allow : {false, true}) {
     auto g = import(m, allow);
     ASSERT_FALSE(g.ok());
@@ -165,8 +137,9 @@ TEST_F(ReferenceImport, OldOpsetSemanticsAreBroughtToTheCurrentForm) {
   // from opset 13 it works along the last axis.
   const std::vector<float> xv = {1, 5, 3, 2, 0, 0, 7, 1};
   for (int opset : {11, 13}) {
-    auto g = import(
-        model(node("Hardmax", {"x"}, "y", "hm"), value_info("x", {2, 2, 2}), value_info("y", {2, 2, 2}), opset), true);
+    auto g = import(model(node("Hardmax", {"x"}, "y", "hm"), value_info("x", kFloat, {2, 2, 2}),
+                          value_info("y", kFloat, {2, 2, 2}), opset),
+                    true);
     ASSERT_TRUE(g.ok()) << g.error().str();
     auto v = run_graph_native(*g, {{"x", GraphTensor::f32({2, 2, 2}, xv)}});
     ASSERT_TRUE(v.ok()) << v.error().str();
@@ -176,7 +149,7 @@ TEST_F(ReferenceImport, OldOpsetSemanticsAreBroughtToTheCurrentForm) {
   }
   // Clip before opset 11 takes min/max as attributes.
   auto g = import(model(node("Clip", {"x"}, "y", "clip6", float_attr("min", -1.0f) + float_attr("max", 1.0f)),
-                        value_info("x", {3}), value_info("y", {3}), 6),
+                        value_info("x", kFloat, {3}), value_info("y", kFloat, {3}), 6),
                   true);
   ASSERT_TRUE(g.ok()) << g.error().str();
   auto v = run_graph_native(*g, {{"x", GraphTensor::f32({3}, {-2.0f, 0.5f, 3.0f})}});
@@ -365,19 +338,7 @@ TEST(ReferenceTable, ErrorsNameTheNode) {
 }
 
 // ---- discovery and the report -------------------------------------------------------------
-struct Found {
-  Graph graph;
-  Discovery d;
-};
-
-Found discover(const std::string& text) {
-  auto g = parse_graph(text);
-  EXPECT_TRUE(g.ok()) << g.error().str();
-  auto types = infer_value_types(*g);
-  EXPECT_TRUE(types.ok()) << types.error().str();
-  Discovery d = discover_regions(*g, *types);
-  return {std::move(*g), std::move(d)};
-}
+using testing::discover;
 
 TEST(ReferenceDiscovery, ReferenceNodeStaysUnfusedWhileTheGemmChainFuses) {
   testing::use_test_cache();

@@ -8,38 +8,12 @@
 #include "fusor/discovery.hpp"
 #include "fusor/graph_exec.hpp"
 #include "fusor/onnx_import.hpp"
+#include "support/onnx_writer.hpp"
 
 namespace fusor {
 namespace {
 
-// ---- a minimal protobuf writer ---------------------------------------------------------
-std::string varint(std::uint64_t v) {
-  std::string out;
-  while (v >= 0x80) {
-    out += static_cast<char>((v & 0x7f) | 0x80);
-    v >>= 7;
-  }
-  return out + static_cast<char>(v);
-}
-std::string field_varint(int field, std::uint64_t v) {
-  return varint(static_cast<std::uint64_t>(field) << 3) + varint(v);
-}
-std::string field_bytes(int field, const std::string& s) {
-  return varint((static_cast<std::uint64_t>(field) << 3) | 2) + varint(s.size()) + s;
-}
-std::string field_float(int field, float f) {
-  std::string out = varint((static_cast<std::uint64_t>(field) << 3) | 5);
-  out.append(reinterpret_cast<const char*>(&f), 4);
-  return out;
-}
-
-// ValueInfoProto{name, type{tensor_type{elem_type, shape{dim{dim_value}...}}}}
-std::string value_info(const std::string& name, int elem_type, std::initializer_list<int> dims) {
-  std::string shape;
-  for (int d : dims) shape += field_bytes(1, field_varint(1, static_cast<std::uint64_t>(d)));
-  const std::string tensor = field_varint(1, static_cast<std::uint64_t>(elem_type)) + field_bytes(2, shape);
-  return field_bytes(1, name) + field_bytes(2, field_bytes(1, tensor));
-}
+using namespace testing::onnx_writer;
 
 // NodeProto{input..., output, name, op_type, attribute...}
 std::string node(const std::string& op, std::initializer_list<std::string> ins, const std::string& out,
@@ -47,11 +21,6 @@ std::string node(const std::string& op, std::initializer_list<std::string> ins, 
   std::string n;
   for (const auto& i : ins) n += field_bytes(1, i);
   return n + field_bytes(2, out) + field_bytes(3, name) + field_bytes(4, op) + attrs;
-}
-
-// AttributeProto FLOAT{name, f, type=FLOAT}
-std::string float_attr(const std::string& name, float v) {
-  return field_bytes(5, field_bytes(1, name) + field_float(2, v) + field_varint(20, 1));
 }
 
 std::string model(const std::string& nodes, const std::string& inputs, const std::string& outputs, int opset = 20) {

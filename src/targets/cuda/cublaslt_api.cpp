@@ -1,8 +1,7 @@
 #include "targets/cuda/cublaslt_api.hpp"
 
-#include <dlfcn.h>
+#include "targets/cuda/dynamic_library.hpp"
 
-#include <cstdlib>
 #include <mutex>
 #include <optional>
 #include <vector>
@@ -18,11 +17,6 @@ Error unavailable(const std::string& why) {
   return make_error(ErrorCode::runner_unavailable, "lane cuda_cublaslt: " + why);
 }
 
-template <class F> void bind(void* lib, F& slot, const char* name, std::string& missing) {
-  slot = reinterpret_cast<F>(::dlsym(lib, name));
-  if (!slot) missing += std::string(missing.empty() ? "" : ", ") + name;
-}
-
 struct Loaded {
   CublasLt lt;
   std::optional<Error> error;
@@ -31,40 +25,29 @@ struct Loaded {
 Loaded load() {
   Loaded out;
   const std::string soname = "libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR);
-  std::vector<std::string> candidates;
-  if (const char* env = std::getenv("FUSOR_LIBCUBLASLT"); env && *env) candidates.emplace_back(env);
-  candidates.push_back(soname);
-  candidates.push_back(std::string(FUSOR_CUDA_LIBDIR) + "/" + soname);
-  candidates.push_back("/usr/local/cuda/lib64/" + soname);
-  void* lib = nullptr;
-  std::string tried;
-  for (const auto& c : candidates) {
-    if ((lib = ::dlopen(c.c_str(), RTLD_NOW | RTLD_LOCAL))) {
-      out.lt.library = c;
-      break;
-    }
-    const char* why = ::dlerror();
-    tried += "\n  " + c + ": " + (why ? why : "not found");
-  }
+  const OpenedLibrary opened = open_first_library(
+      "FUSOR_LIBCUBLASLT", {soname, std::string(FUSOR_CUDA_LIBDIR) + "/" + soname, "/usr/local/cuda/lib64/" + soname});
+  void* lib = opened.handle;
   if (!lib) {
-    out.error = unavailable("cuBLASLt could not be loaded; tried:" + tried);
+    out.error = unavailable("cuBLASLt could not be loaded; tried:" + opened.tried);
     return out;
   }
+  out.lt.library = opened.path;
   CublasLtApi& a = out.lt.api;
   std::string missing;
-  bind(lib, a.create, "cublasLtCreate", missing);
-  bind(lib, a.get_version, "cublasLtGetVersion", missing);
-  bind(lib, a.status_string, "cublasLtGetStatusString", missing);
-  bind(lib, a.desc_create, "cublasLtMatmulDescCreate", missing);
-  bind(lib, a.desc_destroy, "cublasLtMatmulDescDestroy", missing);
-  bind(lib, a.desc_set, "cublasLtMatmulDescSetAttribute", missing);
-  bind(lib, a.layout_create, "cublasLtMatrixLayoutCreate", missing);
-  bind(lib, a.layout_destroy, "cublasLtMatrixLayoutDestroy", missing);
-  bind(lib, a.pref_create, "cublasLtMatmulPreferenceCreate", missing);
-  bind(lib, a.pref_destroy, "cublasLtMatmulPreferenceDestroy", missing);
-  bind(lib, a.pref_set, "cublasLtMatmulPreferenceSetAttribute", missing);
-  bind(lib, a.heuristic, "cublasLtMatmulAlgoGetHeuristic", missing);
-  bind(lib, a.matmul, "cublasLtMatmul", missing);
+  bind_symbol(lib, a.create, "cublasLtCreate", missing);
+  bind_symbol(lib, a.get_version, "cublasLtGetVersion", missing);
+  bind_symbol(lib, a.status_string, "cublasLtGetStatusString", missing);
+  bind_symbol(lib, a.desc_create, "cublasLtMatmulDescCreate", missing);
+  bind_symbol(lib, a.desc_destroy, "cublasLtMatmulDescDestroy", missing);
+  bind_symbol(lib, a.desc_set, "cublasLtMatmulDescSetAttribute", missing);
+  bind_symbol(lib, a.layout_create, "cublasLtMatrixLayoutCreate", missing);
+  bind_symbol(lib, a.layout_destroy, "cublasLtMatrixLayoutDestroy", missing);
+  bind_symbol(lib, a.pref_create, "cublasLtMatmulPreferenceCreate", missing);
+  bind_symbol(lib, a.pref_destroy, "cublasLtMatmulPreferenceDestroy", missing);
+  bind_symbol(lib, a.pref_set, "cublasLtMatmulPreferenceSetAttribute", missing);
+  bind_symbol(lib, a.heuristic, "cublasLtMatmulAlgoGetHeuristic", missing);
+  bind_symbol(lib, a.matmul, "cublasLtMatmul", missing);
   if (!missing.empty()) {
     out.error = unavailable(out.lt.library + " lacks " + missing);
     return out;

@@ -104,6 +104,20 @@ std::string cubin_cache_key(const KernelSource& src, const std::string& arch) {
   return DiskCache::make_key(parts);
 }
 
+namespace {
+
+// What the cache records beside an artifact (`fusor cache stats`, debugging).
+nlohmann::json cache_meta(const KernelSource& source, const std::string& compiler) {
+  return {{"lane", source.lane},
+          {"target", source.target},
+          {"entry", source.entry},
+          {"spec", spec_policy_name(source.spec)},
+          {"shape_key", source.shape_key},
+          {"dtype", dtype_name(source.dtype)},
+          {"region_text", source.region_text},
+          {"compiler", compiler}};
+}
+
 // A cuBLASLt plan has nothing to compile: the cache keeps the plan text itself, keyed by
 // the library version it was written for, so the runner and the oracle's sandbox load it
 // through the same path as a cubin.
@@ -111,14 +125,7 @@ Expected<Artifact> store_plan(const KernelSource& source, DiskCache& cache) {
   const std::string key = DiskCache::make_key(std::vector<std::string>{
       "fusor-cublaslt-plan-v1", source.source, source.shape_key, std::string(dtype_name(source.dtype)), source.lane,
       "cublasLt " + cublaslt_header_version()});
-  nlohmann::json meta = {{"lane", source.lane},
-                         {"target", source.target},
-                         {"entry", source.entry},
-                         {"spec", spec_policy_name(source.spec)},
-                         {"shape_key", source.shape_key},
-                         {"dtype", dtype_name(source.dtype)},
-                         {"region_text", source.region_text},
-                         {"compiler", "cublasLt " + cublaslt_header_version()}};
+  const nlohmann::json meta = cache_meta(source, "cublasLt " + cublaslt_header_version());
   FUSOR_TRY_ASSIGN(CacheEntry entry, cache.get_or_build(
                                          key, "plan",
                                          [&](const std::filesystem::path& out) -> Status {
@@ -132,6 +139,8 @@ Expected<Artifact> store_plan(const KernelSource& source, DiskCache& cache) {
   return Artifact{entry.artifact, entry.key, entry.sha256, entry.hit, source};
 }
 
+} // namespace
+
 Expected<Artifact> compile(const KernelSource& source) {
   if (source.lang != "cuda" && source.lang != "cublaslt")
     return make_error(ErrorCode::bad_argument, "the cuda target compiles lang \"cuda\" (NVRTC) and \"cublaslt\" "
@@ -144,15 +153,8 @@ Expected<Artifact> compile(const KernelSource& source) {
   if (!cache) return cache.error();
   if (source.lang == "cublaslt") return store_plan(source, *cache);
   FUSOR_TRY_ASSIGN(const std::string arch, source_arch(source));
-  nlohmann::json meta = {{"lane", source.lane},
-                         {"target", source.target},
-                         {"entry", source.entry},
-                         {"spec", spec_policy_name(source.spec)},
-                         {"shape_key", source.shape_key},
-                         {"dtype", dtype_name(source.dtype)},
-                         {"region_text", source.region_text},
-                         {"compiler", "nvrtc " + nvrtc_version()},
-                         {"arch", arch}};
+  nlohmann::json meta = cache_meta(source, "nvrtc " + nvrtc_version());
+  meta["arch"] = arch;
   FUSOR_TRY_ASSIGN(
       CacheEntry entry,
       cache->get_or_build(

@@ -1,6 +1,6 @@
 #include "targets/cuda/cuda_driver.hpp"
 
-#include <dlfcn.h>
+#include "targets/cuda/dynamic_library.hpp"
 
 #include <cstdlib>
 #include <mutex>
@@ -17,64 +17,47 @@ struct Loaded {
   std::optional<Error> error;
 };
 
-template <class F> bool bind(void* lib, F& slot, const char* name, std::string& missing) {
-  slot = reinterpret_cast<F>(::dlsym(lib, name));
-  if (!slot) missing += std::string(missing.empty() ? "" : ", ") + name;
-  return slot != nullptr;
-}
-
 Loaded load() {
   Loaded out;
-  std::vector<std::string> candidates;
-  if (const char* env = std::getenv("FUSOR_LIBCUDA"); env && *env) candidates.emplace_back(env);
-  candidates.emplace_back("libcuda.so.1");
-  candidates.emplace_back("/usr/local/nvidia/lib64/libcuda.so.1");
-  candidates.emplace_back("/usr/lib/x86_64-linux-gnu/libcuda.so.1");
-  void* lib = nullptr;
-  std::string tried;
-  for (const auto& c : candidates) {
-    lib = ::dlopen(c.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (lib) {
-      out.driver.library = c;
-      break;
-    }
-    const char* why = ::dlerror();
-    tried += "\n  " + c + ": " + (why ? why : "not found");
-  }
+  const OpenedLibrary opened =
+      open_first_library("FUSOR_LIBCUDA", {"libcuda.so.1", "/usr/local/nvidia/lib64/libcuda.so.1",
+                                           "/usr/lib/x86_64-linux-gnu/libcuda.so.1"});
+  void* lib = opened.handle;
   if (!lib) {
-    out.error = unavailable("no NVIDIA driver (libcuda.so.1) could be loaded; tried:" + tried);
+    out.error = unavailable("no NVIDIA driver (libcuda.so.1) could be loaded; tried:" + opened.tried);
     return out;
   }
+  out.driver.library = opened.path;
   DriverApi& a = out.driver.api;
   std::string missing;
-  bind(lib, a.cuInit, "cuInit", missing);
-  bind(lib, a.cuDriverGetVersion, "cuDriverGetVersion", missing);
-  bind(lib, a.cuDeviceGetCount, "cuDeviceGetCount", missing);
-  bind(lib, a.cuDeviceGet, "cuDeviceGet", missing);
-  bind(lib, a.cuDeviceGetName, "cuDeviceGetName", missing);
-  bind(lib, a.cuDeviceGetAttribute, "cuDeviceGetAttribute", missing);
-  bind(lib, a.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", missing);
-  bind(lib, a.cuCtxSetCurrent, "cuCtxSetCurrent", missing);
-  bind(lib, a.cuCtxSynchronize, "cuCtxSynchronize", missing);
-  bind(lib, a.cuMemAlloc, "cuMemAlloc_v2", missing);
-  bind(lib, a.cuMemFree, "cuMemFree_v2", missing);
-  bind(lib, a.cuMemcpyHtoD, "cuMemcpyHtoD_v2", missing);
-  bind(lib, a.cuMemcpyDtoH, "cuMemcpyDtoH_v2", missing);
-  bind(lib, a.cuMemsetD32, "cuMemsetD32_v2", missing);
-  bind(lib, a.cuModuleLoadData, "cuModuleLoadData", missing);
-  bind(lib, a.cuModuleUnload, "cuModuleUnload", missing);
-  bind(lib, a.cuModuleGetFunction, "cuModuleGetFunction", missing);
-  bind(lib, a.cuFuncSetAttribute, "cuFuncSetAttribute", missing);
-  bind(lib, a.cuLaunchKernel, "cuLaunchKernel", missing);
-  bind(lib, a.cuEventCreate, "cuEventCreate", missing);
-  bind(lib, a.cuEventDestroy, "cuEventDestroy_v2", missing);
-  bind(lib, a.cuEventRecord, "cuEventRecord", missing);
-  bind(lib, a.cuEventSynchronize, "cuEventSynchronize", missing);
+  bind_symbol(lib, a.cuInit, "cuInit", missing);
+  bind_symbol(lib, a.cuDriverGetVersion, "cuDriverGetVersion", missing);
+  bind_symbol(lib, a.cuDeviceGetCount, "cuDeviceGetCount", missing);
+  bind_symbol(lib, a.cuDeviceGet, "cuDeviceGet", missing);
+  bind_symbol(lib, a.cuDeviceGetName, "cuDeviceGetName", missing);
+  bind_symbol(lib, a.cuDeviceGetAttribute, "cuDeviceGetAttribute", missing);
+  bind_symbol(lib, a.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", missing);
+  bind_symbol(lib, a.cuCtxSetCurrent, "cuCtxSetCurrent", missing);
+  bind_symbol(lib, a.cuCtxSynchronize, "cuCtxSynchronize", missing);
+  bind_symbol(lib, a.cuMemAlloc, "cuMemAlloc_v2", missing);
+  bind_symbol(lib, a.cuMemFree, "cuMemFree_v2", missing);
+  bind_symbol(lib, a.cuMemcpyHtoD, "cuMemcpyHtoD_v2", missing);
+  bind_symbol(lib, a.cuMemcpyDtoH, "cuMemcpyDtoH_v2", missing);
+  bind_symbol(lib, a.cuMemsetD32, "cuMemsetD32_v2", missing);
+  bind_symbol(lib, a.cuModuleLoadData, "cuModuleLoadData", missing);
+  bind_symbol(lib, a.cuModuleUnload, "cuModuleUnload", missing);
+  bind_symbol(lib, a.cuModuleGetFunction, "cuModuleGetFunction", missing);
+  bind_symbol(lib, a.cuFuncSetAttribute, "cuFuncSetAttribute", missing);
+  bind_symbol(lib, a.cuLaunchKernel, "cuLaunchKernel", missing);
+  bind_symbol(lib, a.cuEventCreate, "cuEventCreate", missing);
+  bind_symbol(lib, a.cuEventDestroy, "cuEventDestroy_v2", missing);
+  bind_symbol(lib, a.cuEventRecord, "cuEventRecord", missing);
+  bind_symbol(lib, a.cuEventSynchronize, "cuEventSynchronize", missing);
   // cuda.h 13 names it cuEventElapsedTime_v2; older drivers export only the first form.
   if (!(a.cuEventElapsedTime = reinterpret_cast<decltype(a.cuEventElapsedTime)>(::dlsym(lib, "cuEventElapsedTime_v2"))))
-    bind(lib, a.cuEventElapsedTime, "cuEventElapsedTime", missing);
-  bind(lib, a.cuGetErrorName, "cuGetErrorName", missing);
-  bind(lib, a.cuGetErrorString, "cuGetErrorString", missing);
+    bind_symbol(lib, a.cuEventElapsedTime, "cuEventElapsedTime", missing);
+  bind_symbol(lib, a.cuGetErrorName, "cuGetErrorName", missing);
+  bind_symbol(lib, a.cuGetErrorString, "cuGetErrorString", missing);
   if (!missing.empty()) {
     out.error = unavailable(out.driver.library + " lacks driver entry points: " + missing);
     return out;

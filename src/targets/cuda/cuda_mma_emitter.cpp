@@ -63,8 +63,10 @@ static __device__ __forceinline__ uint32_t fusor_pack(float lo, float hi) {
 }
 /* ROWS x COLS halves (COLS a multiple of 8) of g (row stride cols_total) from (row0, col0)
    into s (row stride ld_s); zero outside rows_total x cols_total. vec: 16-byte async copies
-   (rows are 16-byte aligned, so an 8-element chunk is wholly inside or outside). */
-template <int ROWS, int COLS, int THREADS>
+   (rows are 16-byte aligned, so an 8-element chunk is wholly inside or outside). SW: the
+   layout wgmma reads instead (COLS a multiple of 64): blocks of 64 columns, [ROWS][64]
+   each, 16-byte chunk c of row r at chunk c ^ (r % 8) (the 128-byte swizzle). */
+template <int ROWS, int COLS, int THREADS, bool SW = false>
 static __device__ __forceinline__ void fusor_load_tile(uint16_t* s, int ld_s, const uint16_t* __restrict__ g,
                                                        int64_t rows_total, int64_t cols_total, int64_t row0,
                                                        int64_t col0, bool vec) {
@@ -75,7 +77,7 @@ static __device__ __forceinline__ void fusor_load_tile(uint16_t* s, int ld_s, co
     if (CHUNKS % THREADS != 0 && c >= CHUNKS) break;
     const int r = c / CPR, cc = (c % CPR) * 8;
     const int64_t gr = row0 + r, gc = col0 + cc;
-    uint16_t* dst = s + r * ld_s + cc;
+    uint16_t* dst = s + (SW ? (cc >> 6) * (ROWS * 64) + r * 64 + ((((cc >> 3) & 7) ^ (r & 7)) << 3) : r * ld_s + cc);
     if (vec) {
       const bool in = gr < rows_total && gc < cols_total;
       fusor_cp16(fusor_smem(dst), in ? (const void*)(g + gr * cols_total + gc) : (const void*)g, in ? 16 : 0);
@@ -116,10 +118,8 @@ struct GemmPlan {
   std::optional<Op> gate;
 };
 
-constexpr std::string_view kGemmMain = R"(  extern __shared__ uint4 fusor_smem_raw[];
-  uint16_t* smem = (uint16_t*)fusor_smem_raw;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wm = warp / WARPS_N, wn = warp % WARPS_N;
-  const int64_t tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
+// Which output tile a block computes (m0, n0), and whether 16-byte copies apply.
+constexpr std::string_view kGemmTileOrigin = R"(  const int64_t tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
   const int64_t pid = (int64_t)blockIdx.y * gridDim.x + blockIdx.x;
   /* grouped raster: 8 tile-rows in flight share their B panels in L2 */
   const int64_t group = 8 * tiles_n, first = (pid / group) * 8;
@@ -127,7 +127,12 @@ constexpr std::string_view kGemmMain = R"(  extern __shared__ uint4 fusor_smem_r
   const int64_t gsize = tiles_m - first < 8 ? tiles_m - first : 8;
   const int64_t m0 = (first + (pid % group) % gsize) * BM, n0 = ((pid % group) / gsize) * BN;
   const bool vec = K % 8 == 0 && (B_KMAJOR || N % 8 == 0);
-  const int64_t KT = (K + BK - 1) / BK;
+)";
+
+constexpr std::string_view kGemmMain = R"(  extern __shared__ uint4 fusor_smem_raw[];
+  uint16_t* smem = (uint16_t*)fusor_smem_raw;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wm = warp / WARPS_N, wn = warp % WARPS_N;
+@TILE_ORIGIN@  const int64_t KT = (K + BK - 1) / BK;
   float acc[NB][MI][NI][4];
 #pragma unroll
   for (int b = 0; b < NB; ++b)
@@ -245,50 +250,19 @@ template <int N> static __device__ __forceinline__ void fusor_wg_wait() {
 static __device__ __forceinline__ void fusor_proxy_fence() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
-/* ROWS x COLS halves (COLS a multiple of 64) of row-major g from (row0, col0) into blocks of
-   64 columns ([ROWS][64] each, 128-byte rows, swizzled) at shared address s; zero outside. */
-template <int ROWS, int COLS, int THREADS>
-static __device__ __forceinline__ void fusor_load_sw(uint32_t s, const uint16_t* __restrict__ g, int64_t rows_total,
-                                                     int64_t cols_total, int64_t row0, int64_t col0, bool vec) {
-  constexpr int CPR = COLS / 8, CHUNKS = ROWS * CPR;
-#pragma unroll
-  for (int i = 0; i < (CHUNKS + THREADS - 1) / THREADS; ++i) {
-    const int c = (int)threadIdx.x + i * THREADS;
-    if (CHUNKS % THREADS != 0 && c >= CHUNKS) break;
-    const int r = c / CPR, ch = c % CPR;
-    const int64_t gr = row0 + r, gc = col0 + ch * 8;
-    const uint32_t dst = s + (uint32_t)((ch >> 3) * (ROWS * 128) + r * 128 + (((ch & 7) ^ (r & 7)) << 4));
-    if (vec) {
-      const bool in = gr < rows_total && gc < cols_total;
-      fusor_cp16(dst, in ? (const void*)(g + gr * cols_total + gc) : (const void*)g, in ? 16 : 0);
-    } else {
-      for (int e = 0; e < 8; ++e) {
-        const uint16_t v = (gr < rows_total && gc + e < cols_total) ? g[gr * cols_total + gc + e] : (uint16_t)0;
-        asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(dst + 2 * e), "h"(v));
-      }
-    }
-  }
-}
 )";
 
 constexpr std::string_view kGemmWgmma = R"(  extern __shared__ uint4 fusor_smem_raw[];
   const uint32_t sbase = (fusor_smem(fusor_smem_raw) + 1023u) & ~1023u; /* swizzle atoms are 1024 bytes */
+  uint16_t* const sgen = (uint16_t*)fusor_smem_raw + (sbase - fusor_smem(fusor_smem_raw)) / 2;
   const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, warp = (tid >> 5) & 3;
-  const int64_t tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
-  const int64_t pid = (int64_t)blockIdx.y * gridDim.x + blockIdx.x;
-  /* grouped raster: 8 tile-rows in flight share their B panels in L2 */
-  const int64_t group = 8 * tiles_n, first = (pid / group) * 8;
-  if (first >= tiles_m) return;
-  const int64_t gsize = tiles_m - first < 8 ? tiles_m - first : 8;
-  const int64_t m0 = (first + (pid % group) % gsize) * BM, n0 = ((pid % group) / gsize) * BN;
-  const bool vec = K % 8 == 0 && (B_KMAJOR || N % 8 == 0);
-  const int KT = (int)((K + BK - 1) / BK);
+@TILE_ORIGIN@  const int KT = (int)((K + BK - 1) / BK);
   float d[BN / 2];
 #pragma unroll
   for (int i = 0; i < BN / 2; ++i) d[i] = 0.0f;
   /* Each thread copies the same chunks of every k-tile: chunk c = tid + i * THREADS. Their
      source pointers and swizzled offsets are computed once; tiles wholly inside the
-     matrices take these unchecked copies, edge tiles the checked fusor_load_sw. */
+     matrices take these unchecked copies, edge tiles the checked fusor_load_tile. */
   constexpr int A_CH = BM * BK / 8 / THREADS, B_CH = BN * BK / 8 / THREADS, B_CPR = B_KMAJOR ? BK / 8 : BN / 8;
   const bool inner_mn = vec && m0 + BM <= M && n0 + BN <= N;
   const uint16_t* a_src[A_CH];
@@ -317,11 +291,12 @@ constexpr std::string_view kGemmWgmma = R"(  extern __shared__ uint4 fusor_smem_
       for (int i = 0; i < B_CH; ++i) fusor_cp16(st + b_dst[i], b_src[i] + b_off, 16);
       return;
     }
-    fusor_load_sw<BM, BK, THREADS>(st, A, M, K, m0, k0, vec);
+    uint16_t* const sa = sgen + slot * (STAGE_BYTES / 2);
+    fusor_load_tile<BM, BK, THREADS, true>(sa, 0, A, M, K, m0, k0, vec);
     if (B_KMAJOR)
-      fusor_load_sw<BN, BK, THREADS>(st + A_BYTES, Bmat[0], N, K, n0, k0, vec);
+      fusor_load_tile<BN, BK, THREADS, true>(sa + A_BYTES / 2, 0, Bmat[0], N, K, n0, k0, vec);
     else
-      fusor_load_sw<BK, BN, THREADS>(st + A_BYTES, Bmat[0], K, N, k0, n0, vec);
+      fusor_load_tile<BK, BN, THREADS, true>(sa + A_BYTES / 2, 0, Bmat[0], K, N, k0, n0, vec);
   };
   /* AHEAD tiles load ahead. One barrier a step (AHEAD = STAGES - 2): the slot refilled at
      step kt held step kt - 2, which every warpgroup finished before the barrier. Two
@@ -459,6 +434,7 @@ Expected<std::pair<std::string, LaunchSpec>> wgmma_gemm_kernel(const Region& reg
   FUSOR_TRY_ASSIGN(std::string open, entry_open(region, options, threads, lane));
   s += open + gemm_operands(plan);
   std::string body(kGemmWgmma);
+  replace_all(body, "@TILE_ORIGIN@", kGemmTileOrigin);
   replace_all(body, "@STORE@", kGemmStore);
   replace_all(body, "@EPILOGUE@", gemm_epilogue(plan, dtype));
   s += body + "}\n";
@@ -515,6 +491,7 @@ Expected<std::pair<std::string, LaunchSpec>> gemm_kernel(const Region& region, c
   FUSOR_TRY_ASSIGN(std::string open, entry_open(region, options, threads, lane));
   s += open + gemm_operands(plan);
   std::string body(kGemmMain);
+  replace_all(body, "@TILE_ORIGIN@", kGemmTileOrigin);
   replace_all(body, "@STORE@", kGemmStore);
   replace_all(body, "@EPILOGUE@", gemm_epilogue(plan, dtype));
   s += body + "}\n";

@@ -69,7 +69,7 @@ for n, s in (('A', (64, 96)), ('B', (96, 128)), ('bias', (128,)), ('res', (64, 1
     --target auto 2>&1 | tail -25) | tee -a "$LOG"
 fi
 if [ -n "$BENCH" ]; then
-  extra=""
+  extra="${BENCH_ARGS:-}" # e.g. BENCH_ARGS="--only attention"
   [ "$BENCH" = quick ] && extra=--quick
   FUSOR_CACHE_DIR=$BUILD/bench-cache PYTHONUNBUFFERED=1 timeout 470 python3 "$ROOT/bench/gpu/run_bench.py" \
     --fusor-bench "$BUILD/fusor-cuda-bench" --out "$OUT/gpu-bench.jsonl" $extra 2>&1 | tee "$OUT/gpu-bench.log"

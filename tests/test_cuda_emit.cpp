@@ -123,6 +123,7 @@ TEST(CudaEmit, TensorCoreVariantsCompileThroughNvrtc) {
       {"gated { gate_act = silu; storage = bf16; }", "cuda_mma_bf16", {}},
       {"attention { scale = 0.125; causal = true; storage = bf16; }", "cuda_mma_bf16", {}},
       {"attention { scale = 0.0883883476; storage = f16; }", "cuda_mma_f16", {}},
+      {"attention { scale = 0.125; causal = true; storage = bf16; }", "cuda_mma_bf16", {{"rows", "64"}}},
       // Hopper warpgroup MMA (sm_90a): K-major and N-major B, 256- and 128-wide tiles.
       {"fused { epilogue = [bias, gelu]; residual = true; storage = bf16; }", "cuda_mma_bf16", {{"tile", "wg128x256"}}},
       {"fused { epilogue = [bias]; b_layout = col_major; storage = f16; }", "cuda_mma_f16", {{"tile", "wg128x128"}}},

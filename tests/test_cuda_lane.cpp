@@ -59,8 +59,17 @@ Expected<KernelSource> emit_lane(const Target& t, const Region& r, std::string_v
 struct LaneCase {
   const char* text;
   const char* lane;
-  const char* tile = nullptr; // a GEMM tile option (wg*: Hopper wgmma kernels)
+  const char* option = nullptr; // one lane option, KEY=VALUE (tile=wg*: Hopper wgmma kernels)
 };
+
+EmitOptions with_option(const char* option) {
+  EmitOptions o;
+  if (option) {
+    const std::string kv(option);
+    o.options[kv.substr(0, kv.find('='))] = kv.substr(kv.find('=') + 1);
+  }
+  return o;
+}
 
 const LaneCase kLaneCases[] = {
     {"fused { epilogue = [bias, gelu]; residual = true; }", "cuda_simt"},
@@ -84,9 +93,10 @@ const LaneCase kLaneCases[] = {
     {"norm_chain { norm = softmax; add_residual = true; }", "cuda_simt"},
     {"fused { epilogue = [bias, gelu]; residual = true; storage = bf16; }", "cuda_mma_bf16"},
     {"fused { epilogue = [bias, gelu]; storage = f16; }", "cuda_mma_f16"},
-    {"fused { epilogue = [bias, relu]; b_layout = col_major; storage = bf16; }", "cuda_mma_bf16", "128x128"},
-    {"fused { epilogue = [sigmoid]; residual = true; b_layout = col_major; storage = f16; }", "cuda_mma_f16", "64x128"},
-    {"matmul { storage = bf16; transpose_b = true; }", "cuda_mma_bf16", "128x256"},
+    {"fused { epilogue = [bias, relu]; b_layout = col_major; storage = bf16; }", "cuda_mma_bf16", "tile=128x128"},
+    {"fused { epilogue = [sigmoid]; residual = true; b_layout = col_major; storage = f16; }", "cuda_mma_f16",
+     "tile=64x128"},
+    {"matmul { storage = bf16; transpose_b = true; }", "cuda_mma_bf16", "tile=128x256"},
     {"matmul { storage = f16; }", "cuda_mma_f16"},
     {"gated { gate_act = silu; storage = bf16; }", "cuda_mma_bf16"},
     {"gated { gate_act = gelu; storage = f16; }", "cuda_mma_f16"},
@@ -94,11 +104,13 @@ const LaneCase kLaneCases[] = {
     {"attention { scale = 0.25; storage = bf16; }", "cuda_mma_bf16"},
     {"attention { scale = 0.125; causal = true; storage = f16; }", "cuda_mma_f16"},
     {"attention { scale = 0.3; storage = f16; }", "cuda_mma_f16"},
-    {"fused { epilogue = [bias, gelu]; residual = true; storage = bf16; }", "cuda_mma_bf16", "wg128x256"},
-    {"fused { epilogue = [bias, relu]; b_layout = col_major; storage = f16; }", "cuda_mma_f16", "wg128x128"},
-    {"fused { epilogue = [gelu]; storage = bf16; }", "cuda_mma_bf16", "wg128x256"},
-    {"matmul { storage = bf16; transpose_b = true; }", "cuda_mma_bf16", "wg128x256"},
-    {"matmul { storage = f16; }", "cuda_mma_f16", "wg128x128"},
+    {"attention { scale = 0.125; causal = true; storage = bf16; }", "cuda_mma_bf16", "rows=64"},
+    {"attention { scale = 0.3; storage = f16; }", "cuda_mma_f16", "rows=64"},
+    {"fused { epilogue = [bias, gelu]; residual = true; storage = bf16; }", "cuda_mma_bf16", "tile=wg128x256"},
+    {"fused { epilogue = [bias, relu]; b_layout = col_major; storage = f16; }", "cuda_mma_f16", "tile=wg128x128"},
+    {"fused { epilogue = [gelu]; storage = bf16; }", "cuda_mma_bf16", "tile=wg128x256"},
+    {"matmul { storage = bf16; transpose_b = true; }", "cuda_mma_bf16", "tile=wg128x256"},
+    {"matmul { storage = f16; }", "cuda_mma_f16", "tile=wg128x128"},
     {"fused { epilogue = [bias, gelu]; storage = bf16; }", "cuda_cublaslt"},
     {"fused { epilogue = [bias, gelu]; storage = f16; b_layout = col_major; }", "cuda_cublaslt"},
     {"fused { epilogue = [gelu]; a_layout = col_major; }", "cuda_cublaslt"},
@@ -113,9 +125,7 @@ TEST(CudaLane, OracleVerifiesEveryLaneOnEveryProbeFamily) {
   int failures = 0;
   for (const auto& c : kLaneCases) {
     const Region r = region_of(c.text);
-    EmitOptions o;
-    if (c.tile) o.options["tile"] = c.tile;
-    auto src = emit_lane(*t, r, c.lane, o);
+    auto src = emit_lane(*t, r, c.lane, with_option(c.option));
     ASSERT_TRUE(src.ok()) << c.text << ": " << src.error().str();
     auto art = t->compile(*src);
     ASSERT_TRUE(art.ok()) << c.text << ": " << art.error().str();
@@ -124,7 +134,7 @@ TEST(CudaLane, OracleVerifiesEveryLaneOnEveryProbeFamily) {
     std::string families;
     for (const auto& f : rep->families) families += (families.empty() ? "" : ",") + f;
     std::cout << "ORACLE " << (rep->verified ? "PASS" : "FAIL") << " lane=" << c.lane
-              << (c.tile ? std::string(" tile=") + c.tile : std::string())
+              << (c.option ? std::string(" ") + c.option : std::string())
               << " kind=" << region_kind_name(region_kind(r)) << " probes=" << rep->probes << " families=" << families
               << " max_abs_err=" << rep->max_abs_err << " budget_atol=" << rep->atol << " | " << c.text << "\n";
     if (!rep->verified) {
@@ -141,7 +151,7 @@ TEST(CudaLane, OracleVerifiesEveryLaneOnEveryProbeFamily) {
 double lane_atol(const std::string& tag, DType dtype) { return std::max(1e-3, lane_budget(tag, dtype).atol); }
 
 void expect_run_matches(const Target& t, const char* text, const char* lane, const ProblemShape& dims, double scale,
-                        const char* tile = nullptr) {
+                        const char* option = nullptr) {
   const Region r = region_of(text);
   const Candidate* c = candidate(lane, region_kind(r));
   ASSERT_NE(c, nullptr);
@@ -151,7 +161,7 @@ void expect_run_matches(const Target& t, const char* text, const char* lane, con
   ExecuteOptions o;
   o.candidate = c;
   o.reference_fallback = false;
-  if (tile) o.emit.options["tile"] = tile;
+  o.emit = with_option(option);
   auto out = execute_on_target(t, r, operands, o);
   ASSERT_TRUE(out.ok()) << text << ": " << out.error().str();
   EXPECT_EQ(out->tag, lane);
@@ -181,11 +191,11 @@ TEST(CudaLane, LargerShapesMatchTheReference) {
   expect_run_matches(*t, "gated { gate_act = silu; storage = bf16; }", "cuda_mma_bf16", gemm(300, 200, 136), 0.3);
   // Hopper wgmma tiles: aligned, ragged (per-element copies), N-major and K-major B.
   expect_run_matches(*t, "fused { epilogue = [bias, gelu]; residual = true; storage = bf16; }", "cuda_mma_bf16",
-                     gemm(512, 768, 1024), 0.3, "wg128x256");
+                     gemm(512, 768, 1024), 0.3, "tile=wg128x256");
   expect_run_matches(*t, "fused { epilogue = [bias, gelu]; storage = bf16; }", "cuda_mma_bf16", gemm(257, 301, 77), 0.3,
-                     "wg128x256");
+                     "tile=wg128x256");
   expect_run_matches(*t, "fused { epilogue = [bias]; b_layout = col_major; storage = f16; }", "cuda_mma_f16",
-                     gemm(300, 520, 264), 0.3, "wg128x128");
+                     gemm(300, 520, 264), 0.3, "tile=wg128x128");
   // The cuBLASLt vendor lane at a size its heuristics tile differently.
   expect_run_matches(*t, "fused { epilogue = [bias, gelu]; storage = bf16; }", "cuda_cublaslt", gemm(1000, 1536, 512),
                      0.3);
@@ -196,6 +206,8 @@ TEST(CudaLane, LargerShapesMatchTheReference) {
                      attn(1, 2, 1, 130, 257, 128), 1.0);
   expect_run_matches(*t, "attention { scale = 0.0883883476; causal = true; storage = f16; }", "cuda_mma_f16",
                      attn(1, 4, 4, 150, 150, 128), 1.0);
+  expect_run_matches(*t, "attention { scale = 0.125; causal = true; storage = bf16; }", "cuda_mma_bf16",
+                     attn(2, 4, 2, 300, 300, 64), 1.0, "rows=64");
   // Generic lane.
   expect_run_matches(*t, "fused { epilogue = [bias, gelu]; residual = true; }", "cuda_simt", gemm(130, 260, 70), 0.3);
   expect_run_matches(
@@ -224,10 +236,8 @@ TEST(CudaLane, AttentionHeadDimsPastTheLaneAreDeclinedByName) {
 
 // A lane's kernel with one textual change, compiled as the same lane.
 Expected<Artifact> mutated(const Target& t, const Region& r, const char* lane, std::string_view from,
-                           std::string_view to, const char* tile = nullptr) {
-  EmitOptions o;
-  if (tile) o.options["tile"] = tile;
-  FUSOR_TRY_ASSIGN(KernelSource src, emit_lane(t, r, lane, o));
+                           std::string_view to, const char* option = nullptr) {
+  FUSOR_TRY_ASSIGN(KernelSource src, emit_lane(t, r, lane, with_option(option)));
   const size_t at = src.source.find(from);
   if (at == std::string::npos) return make_error(ErrorCode::internal, "mutation site not found: " + std::string(from));
   src.source.replace(at, from.size(), to);
@@ -241,7 +251,7 @@ TEST(CudaLane, BudgetsCatchOrderOneMiscompiles) {
     const char* lane;
     const char* from;
     const char* to;
-    const char* tile = nullptr;
+    const char* option = nullptr;
   };
   const Mutation ms[] = {
       // 2% too large on every output: inside no budget's rounding slack at O(1) values.
@@ -261,11 +271,11 @@ TEST(CudaLane, BudgetsCatchOrderOneMiscompiles) {
        "for (int64_t k0 = 0; k0 + 16 < K; k0 += 16)"},
       // wgmma reading the first 16 columns of A's tile at every k step.
       {"fused { epilogue = [bias]; storage = bf16; }", "cuda_mma_bf16", "fusor_wg_desc(st + wg * 64 * 128 + kk * 32,",
-       "fusor_wg_desc(st + wg * 64 * 128,", "wg128x256"},
+       "fusor_wg_desc(st + wg * 64 * 128,", "tile=wg128x256"},
   };
   for (const auto& m : ms) {
     const Region r = region_of(m.text);
-    auto art = mutated(*t, r, m.lane, m.from, m.to, m.tile);
+    auto art = mutated(*t, r, m.lane, m.from, m.to, m.option);
     ASSERT_TRUE(art.ok()) << art.error().str();
     auto rep = verify(r, *t, *art);
     ASSERT_TRUE(rep.ok()) << rep.error().str();

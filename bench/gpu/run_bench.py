@@ -103,13 +103,13 @@ def run_attention(name, shape, tmp, _tiles):
             print(f"  {key}: {str(e).splitlines()[0]}", file=sys.stderr)
     files = [dump(t, f"{tmp}/{name}_{n}.bin") for t, n in ((q, "Q"), (k, "K"), (v, "V"))]
     scale = 1.0 / math.sqrt(d)
-    spec = {
+    specs = [{
         "case": name, "region": f"attention {{ scale = {scale!r}; causal = {'true' if causal else 'false'}; storage = bf16; }}",
-        "lane": "cuda_mma_bf16", "batch": b, "heads": h, "kv_heads": h, "M": s, "Nk": s, "D": d, "Dv": d,
-        "inputs": files, "shapes": [[b, h, s, d]] * 3, "sample_rows": 16,
-    }
+        "lane": "cuda_mma_bf16", "options": options, "batch": b, "heads": h, "kv_heads": h, "M": s, "Nk": s, "D": d,
+        "Dv": d, "inputs": files, "shapes": [[b, h, s, d]] * 3, "sample_rows": 16,
+    } for options in ({}, {"rows": "64"})]  # 128 (the default) or 64 query rows a block
     flops = 4.0 * b * h * s * s * d / (2 if causal else 1)
-    return peers, [spec], flops, None
+    return peers, specs, flops, None
 
 
 def norm_cases(quick):
@@ -144,6 +144,7 @@ def main():
     ap.add_argument("--fusor-bench", required=True)
     ap.add_argument("--out", required=True, help="JSON lines file")
     ap.add_argument("--quick", action="store_true", help="one shape per family")
+    ap.add_argument("--only", choices=("gemm", "attention", "norm"), help="one family")
     ap.add_argument("--tiles", default="wg128x256,wg128x256:4/2,wg128x128,wg128x128:6/2,wg128x128:5/2,128x128",
                     help="GEMM tile configs fusor tries, TILE[:STAGES[/BARRIERS]] (fastest verified one reported; "
                          "wg*: Hopper wgmma)")
@@ -157,6 +158,8 @@ def main():
     rows = []
     tmp = tempfile.mkdtemp(dir="/dev/shm" if os.path.isdir("/dev/shm") else None, prefix="fusor-bench-")
     families = [(gemm_cases, run_gemm), (attention_cases, run_attention), (norm_cases, run_norm)]
+    if args.only:
+        families = [families[("gemm", "attention", "norm").index(args.only)]]
     with open(args.out, "w") as out:
         for cases, runner in families:
             for name, shape in cases(args.quick):

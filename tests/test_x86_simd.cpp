@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "codegen/c_renderer.hpp"
 #include "fusor/operand_gen.hpp"
 #include "fusor/oracle.hpp"
 #include "fusor/reference.hpp"
@@ -132,6 +133,13 @@ TEST(X86Simd, DeclinesWithReasons) {
   EXPECT_EQ(src.error().code, ErrorCode::emit_unsupported);
   bad.options = {{"mr", "15"}}; // 30 accumulators + 2 B registers would spill
   EXPECT_FALSE(c->emit(region_of("fused { epilogue = [relu] }"), bad).ok());
+  // Attention's key block must be a whole number of 32-key panels, within range.
+  for (const char* nb : {"48", "16", "8192", "x"}) {
+    bad.options = {{"nb", nb}};
+    auto a = lane(RegionKind::attention)->emit(region_of("attention { causal = true }"), bad);
+    ASSERT_FALSE(a.ok()) << nb;
+    EXPECT_EQ(a.error().code, ErrorCode::emit_unsupported);
+  }
 }
 
 TEST(X86Simd, OracleVerifiesEveryKind) {
@@ -222,6 +230,72 @@ TEST(X86Simd, AttentionCausalAndNot) {
   expect_matches_reference(half, attention_dims(0, 1, 1, 17, 129, 64), 19, 1.0);
 }
 
+// Key blocks smaller than the keys (several online-softmax steps, a causal diagonal inside a
+// later block), query blocks of 4..14 rows (padding rows of the 12-row P·V tile), several query
+// blocks per work item with a ragged last one, and Dv not a multiple of the 32-column chunk.
+TEST(X86Simd, AttentionKeyBlocksAndTiles) {
+  REQUIRE_AVX512();
+  const std::map<std::string, std::string> knobs[] = {{{"nb", "32"}}, {{"nb", "64"}, {"mr", "14"}}, {{"mr", "4"}}};
+  for (bool causal : {false, true}) {
+    const Region region =
+        region_of(std::string("attention { scale = 0.2; causal = ") + (causal ? "true" : "false") + " }");
+    for (const auto& k : knobs) {
+      expect_matches_reference(region, attention_dims(0, 1, 1, 129, 300, 64), 30, 1.0, k);
+      expect_matches_reference(region, attention_dims(2, 4, 2, 61, 77, 40), 31, 1.0, k); // GQA, Dv = 32 + 8
+      expect_matches_reference(region, attention_dims(0, 1, 1, 50, 50, 80), 32, 1.0, k); // Dv = 32 + 32 + 16
+    }
+    expect_verified(region, {{"nb", "32"}, {"mr", "14"}});
+  }
+}
+
+// On the causal diagonal a key masked for one query is visible to a later one in the same
+// tile: NaN values of such keys must reach only the queries that see them.
+TEST(X86Simd, AttentionMaskedValuesNeverLeak) {
+  REQUIRE_AVX512();
+  const Region region = region_of("attention { scale = 0.25; causal = true }");
+  for (const auto& knob : std::vector<std::map<std::string, std::string>>{{}, {{"nb", "32"}}}) {
+    const std::int64_t m = 60, first_nan = 37;
+    auto operands = make_operands(region, attention_dims(0, 1, 1, m, m, 16), 33, 1.0);
+    for (std::int64_t n = first_nan; n < m; ++n)
+      for (std::int64_t c = 0; c < 16; ++c) operands[2].data[n * 16 + c] = NAN;
+    auto ref = evaluate_reference(region, operands);
+    ASSERT_TRUE(ref.ok()) << ref.error().str();
+    auto out = execute_on_target(x86(), region, operands, lane_options(RegionKind::attention, knob));
+    ASSERT_TRUE(out.ok()) << out.error().str();
+    EXPECT_TRUE(testing::all_close(out->output, *ref));
+    for (std::int64_t i = 0; i < m; ++i)
+      EXPECT_EQ(std::isnan(out->output.data[i * 16]), i >= first_nan) << "query " << i;
+  }
+}
+
+// Norm chains split rows across threads and overlap one row's output with the next row's
+// read: every rows/threads split, rows shorter than the 4-way split sum, and a NaN in one row
+// that must not reach its neighbours' statistics.
+TEST(X86Simd, NormChainRowSplitAndIsolation) {
+  REQUIRE_AVX512();
+  for (const char* norm : {"rmsnorm", "layer_norm", "softmax"})
+    for (bool res : {false, true}) {
+      const Region region =
+          region_of(std::string("norm_chain { norm = ") + norm + "; add_residual = " + (res ? "true" : "false") +
+                    "; weight = true; bias = true }");
+      for (Shape shape : std::vector<Shape>{{1, 1}, {1, 5}, {2, 3}, {3, 7}, {5, 129}, {33, 4099}})
+        expect_matches_reference(region, elementwise(shape), 34, 1.0);
+    }
+  for (const char* norm : {"rmsnorm", "layer_norm"}) {
+    const Region region =
+        region_of(std::string("norm_chain { norm = ") + norm + "; add_residual = true; weight = true; bias = true }");
+    auto operands = make_operands(region, elementwise({4, 37}), 35, 1.0);
+    operands[0].data[37 + 3] = NAN; // row 1
+    auto ref = evaluate_reference(region, operands);
+    ASSERT_TRUE(ref.ok()) << ref.error().str();
+    auto out = execute_on_target(x86(), region, operands, lane_options(RegionKind::norm_chain));
+    ASSERT_TRUE(out.ok()) << out.error().str();
+    EXPECT_TRUE(testing::all_close(out->output, *ref)) << norm;
+    for (std::int64_t i = 0; i < 4 * 37; ++i)
+      EXPECT_EQ(std::isnan(out->output.data[i]), i / 37 == 1) << norm << " element " << i;
+  }
+}
+
 TEST(X86Simd, StreamingKinds) {
   REQUIRE_AVX512();
   for (const char* norm : {"rmsnorm", "layer_norm", "softmax"})
@@ -291,6 +365,59 @@ TEST(X86Simd, VectorMathErrorBounds) {
   EXPECT_LT(t.max_abs, 3e-7);
   EXPECT_LT(t.max_rel, 1e-6);
   EXPECT_LT(r.max_abs, 5e-7);
+}
+
+// fusor_expf16 (the AVX-512 spelling attention's softmax renders through) against double exp,
+// in a kernel of its own: the same bounds and special values as fusor_expf.
+std::vector<float> run_expf16(const std::vector<float>& xs) {
+  KernelSource src;
+  src.source =
+      "#include <immintrin.h>\n#include <math.h>\n#include <stdint.h>\n#include <string.h>\n" +
+      codegen::render_avx512_math_helpers(codegen::c99_avx512_dialect()) +
+      "int fusor_kernel(const void* const* operands, float* restrict out, const int64_t* dims) {\n"
+      "  const float* x = (const float*)operands[0];\n"
+      "  for (int64_t i = 0; i < dims[0]; i += 16) {\n"
+      "    const __mmask16 k = dims[0] - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (dims[0] - i)) - 1u);\n"
+      "    _mm512_mask_storeu_ps(out + i, k, fusor_expf16(_mm512_maskz_loadu_ps(k, x + i)));\n"
+      "  }\n  return 0;\n}\n";
+  src.entry = "fusor_kernel";
+  src.lang = "c";
+  src.target = "x86";
+  src.lane = "x86_avx512";
+  src.region_text = "expf16 test";
+  auto art = x86().compile(src);
+  EXPECT_TRUE(art.ok()) << (art.ok() ? "" : art.error().str());
+  if (!art.ok()) return {};
+  auto lib = SharedLibrary::load(art->path);
+  EXPECT_TRUE(lib.ok());
+  auto sym = lib->symbol("fusor_kernel");
+  EXPECT_TRUE(sym.ok());
+  using Fn = int (*)(const void* const*, float*, const std::int64_t*);
+  std::vector<float> out(xs.size());
+  const void* ops[] = {xs.data()};
+  const std::int64_t dims[] = {static_cast<std::int64_t>(xs.size())};
+  EXPECT_EQ(reinterpret_cast<Fn>(*sym)(ops, out.data(), dims), 0);
+  return out;
+}
+
+TEST(X86Simd, VectorExp16ErrorBoundsAndSpecialValues) {
+  REQUIRE_AVX512();
+  const auto ex = grid(-87.0, 88.7, 400001); // not a multiple of 16: the masked tail too
+  const auto e = measure(ex, run_expf16(ex), [](double x) { return std::exp(x); });
+  std::printf("vector exp16: max rel err %.3g\n", e.max_rel);
+  EXPECT_LT(e.max_rel, 3e-7);
+  const float inf = INFINITY, nan = NAN;
+  const auto sv = run_expf16({nan, inf, -inf, 0.0f, -0.0f, 100.0f, -200.0f, 89.0f, -104.5f});
+  ASSERT_EQ(sv.size(), 9u);
+  EXPECT_TRUE(std::isnan(sv[0]));
+  EXPECT_EQ(sv[1], inf);
+  EXPECT_EQ(sv[2], 0.0f);
+  EXPECT_EQ(sv[3], 1.0f);
+  EXPECT_EQ(sv[4], 1.0f);
+  EXPECT_EQ(sv[5], inf);
+  EXPECT_EQ(sv[6], 0.0f);
+  EXPECT_EQ(sv[7], inf); // e^89 > FLT_MAX
+  EXPECT_EQ(sv[8], 0.0f);
 }
 
 TEST(X86Simd, VectorMathSpecialValues) {

@@ -111,6 +111,32 @@ std::string render_vector_math_helpers(const CDialect& dialect) {
          " float fusor_fminf(float a, float b) { return b != b ? a : (a != a ? b : (a < b ? a : b)); }\n";
 }
 
+const CDialect& c99_avx512_dialect() {
+  static const CDialect dialect{"c99_avx512", "restrict", "static inline", "", {{"expf", "fusor_expf16"}}};
+  return dialect;
+}
+
+std::string render_avx512_math_helpers(const CDialect& dialect) {
+  const std::string p(dialect.helper_prefix);
+  // vmaxps/vminps return their second operand when one is NaN, so the clamp keeps NaN (and
+  // exp(NaN) = NaN); +inf clamps to 89 (-> inf), -inf to -104 (-> 0), as fusor_expf.
+  return p + " __m512 fusor_expf16(__m512 x) {\n"
+             "  const __m512 xc = _mm512_min_ps(_mm512_set1_ps(89.0f), _mm512_max_ps(_mm512_set1_ps(-104.0f), x));\n"
+             "  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),\n"
+             "                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);\n"
+             "  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);\n"
+             "  r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);\n"
+             "  __m512 q = _mm512_set1_ps(1.9875691500e-4f);\n"
+             "  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(1.3981999507e-3f));\n"
+             "  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(8.3334519073e-3f));\n"
+             "  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(4.1665795894e-2f));\n"
+             "  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(1.6666665459e-1f));\n"
+             "  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(5.0000001201e-1f));\n"
+             "  q = _mm512_fmadd_ps(q, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));\n"
+             "  return _mm512_scalef_ps(q, n);\n"
+             "}\n";
+}
+
 std::string float_literal(double value) {
   if (std::isnan(value)) return "NAN";
   if (std::isinf(value)) return value > 0 ? "INFINITY" : "(-INFINITY)";

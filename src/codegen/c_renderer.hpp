@@ -36,6 +36,13 @@ const CDialect& c99_simd_dialect();
 // fusor_erff, fusor_fmaxf, fusor_fminf). Their measured maximum errors are in
 // docs/performance.md (tests/test_x86_simd.cpp measures them against double).
 std::string render_vector_math_helpers(const CDialect& dialect);
+// AVX-512 code that holds 16 floats in a __m512: op-table expressions render over __m512
+// operands (GCC's vector extensions give + - * / with scalar operands), with expf renamed to
+// `fusor_expf16` of render_avx512_math_helpers (the same Cody-Waite split and Cephes
+// polynomial as fusor_expf, in fused multiply-adds, 2^n by vscalefps). Only expressions whose
+// functions have such a spelling (expf) render with this dialect.
+const CDialect& c99_avx512_dialect();
+std::string render_avx512_math_helpers(const CDialect& dialect);
 // CUDA C++ compiled by NVRTC: device helpers, `__restrict__`, an extern "C" __global__
 // entry. No math renames: the lanes keep IEEE expf/tanhf so f32 budgets stay exact.
 const CDialect& cuda_dialect();

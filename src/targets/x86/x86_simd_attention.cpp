@@ -1,9 +1,17 @@
-// Flash-style attention for the AVX-512 lane: per (batch, head, block of MR queries) the
-// scores of 32 keys at a time come from the GEMM micro-kernel (Q block packed [D][MR], K
-// packed once per KV head as [key block][D][32]); an online softmax (running max, rescaled
-// sum) turns them into probabilities in L1, and a 4-row x 64-column register kernel adds
-// P·V into the query block's output rows. No score matrix is ever stored. Steps of the
-// softmax come from the op table (accumulate = e^d, factor = 1/s) via the SIMD dialect.
+// Flash-style attention for the AVX-512 lane. A work item is (batch, head, QS blocks of MR
+// queries). Per key block of NB keys (default 512) and per query block: the GEMM micro-kernel
+// writes the MR x NB scores into an L1 buffer (Q block packed [D][MR], K packed once per KV
+// head as [32-key panel][D][32]); one online-softmax step per row and key block (running max,
+// rescaled sum, one rescale of the output rows) turns them into probabilities in place; a
+// 12-row x 32-column register kernel adds P·V into the block's output rows, its accumulators
+// held over all NB keys. No score matrix is ever stored. The softmax steps come from the op
+// table (accumulate = e^d, factor = 1/s): e^d over 16 lanes through the AVX-512 dialect.
+//
+// Why these sizes: with NB keys per step the per-row bookkeeping (max reduction, rescale,
+// sum) and the P·V accumulator loads/stores are paid once per NB keys instead of once per 32;
+// MR = 12 gives a 24-accumulator score micro-kernel and a P·V tile of 24 accumulators + 2 V
+// vectors + a broadcast within the 32 zmm registers; key blocks outside query blocks bring a
+// K/V block to L2 once per QS x MR queries.
 #include "codegen/c_renderer.hpp"
 #include "targets/x86/x86_simd_common.hpp"
 
@@ -13,48 +21,83 @@ using codegen::c99_simd_dialect;
 
 namespace {
 
-// o[rows][dv] += p[rows][0..nb) · v[0..nb)[dv]: 4 rows x 4 zmm accumulators per pass,
-// masked for a ragged dv. p rows past `rows` are read (finite) but never stored.
-const char* kPv = R"(static void fusor_pv(int64_t rows, int64_t nb, const float* restrict p, int64_t ldp,
-                     const float* restrict v, int64_t ldv, float* restrict o, int64_t ldo, int64_t dv) {
-  for (int64_t r0 = 0; r0 < rows; r0 += 4) {
-    const int64_t rr = rows - r0 < 4 ? rows - r0 : 4;
-    for (int64_t d0 = 0; d0 < dv; d0 += 64) {
-      __mmask16 mk[4];
-      for (int c = 0; c < 4; ++c) {
-        const int64_t rem = dv - d0 - 16 * c;
-        mk[c] = rem >= 16 ? (__mmask16)0xFFFF : (rem > 0 ? (__mmask16)((1u << rem) - 1u) : (__mmask16)0);
+// o[R][dv] += Σ_{j0 <= j < j1} p[r][j] · v[j][dv] for R = FUSOR_PVR rows (or 1), one chunk of
+// NC <= FUSOR_PVC (or 4) 16-column vectors at a time: R x NC zmm accumulators stay in registers
+// over all keys, masked for a ragged dv. p rows are FUSOR_NB floats apart (a constant, so the
+// broadcasts address by immediates and no general register holds a row offset); rows of a tile
+// past the block's real rows are padding (finite or not, they are never stored to the output).
+const char* kPv = R"(#define FUSOR_PVR 12
+#define FUSOR_PVC 2
+static inline __attribute__((always_inline)) void fusor_pv_tile(const int R, const int NC, int64_t j0, int64_t j1,
+    const float* restrict p, const float* restrict v, int64_t ldv, float* restrict o, int64_t ldo, const __mmask16* mk) {
+  __m512 acc[FUSOR_PVR][4];
+  #pragma GCC unroll 16
+  for (int r = 0; r < R; ++r)
+    #pragma GCC unroll 4
+    for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_maskz_loadu_ps(mk[c], o + r * ldo + 16 * c);
+  for (int64_t j = j0; j < j1; ++j) {
+    const float* restrict vr = v + j * ldv;
+    __m512 vv[4];
+    #pragma GCC unroll 4
+    for (int c = 0; c < NC; ++c) vv[c] = _mm512_maskz_loadu_ps(mk[c], vr + 16 * c);
+    #pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      const __m512 pb = _mm512_set1_ps(p[r * FUSOR_NB + j]);
+      #pragma GCC unroll 4
+      for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_fmadd_ps(pb, vv[c], acc[r][c]);
+    }
+  }
+  #pragma GCC unroll 16
+  for (int r = 0; r < R; ++r)
+    #pragma GCC unroll 4
+    for (int c = 0; c < NC; ++c) _mm512_mask_storeu_ps(o + r * ldo + 16 * c, mk[c], acc[r][c]);
+}
+static void fusor_pv(int tile_rows, int64_t j0, int64_t j1, const float* restrict p, const float* restrict v,
+                     int64_t ldv, float* restrict o, int64_t ldo, int64_t dv) {
+  if (j1 <= j0) return;
+  const int w = tile_rows == 1 ? 4 : FUSOR_PVC;
+  for (int64_t d0 = 0; d0 < dv; d0 += 16 * w) {
+    __mmask16 mk[4];
+    int nc = 0;
+    for (int c = 0; c < 4; ++c) {
+      const int64_t rem = c < w ? dv - d0 - 16 * c : 0;
+      mk[c] = rem >= 16 ? (__mmask16)0xFFFF : (rem > 0 ? (__mmask16)((1u << rem) - 1u) : (__mmask16)0);
+      if (rem > 0) nc = c + 1;
+    }
+    const float* restrict vc = v + d0;
+    float* restrict oc = o + d0;
+    if (tile_rows == 1) {
+      switch (nc) {
+      case 4: fusor_pv_tile(1, 4, j0, j1, p, vc, ldv, oc, ldo, mk); break;
+      case 3: fusor_pv_tile(1, 3, j0, j1, p, vc, ldv, oc, ldo, mk); break;
+      case 2: fusor_pv_tile(1, 2, j0, j1, p, vc, ldv, oc, ldo, mk); break;
+      default: fusor_pv_tile(1, 1, j0, j1, p, vc, ldv, oc, ldo, mk); break;
       }
-      __m512 acc[4][4];
-      for (int r = 0; r < 4; ++r)
-        for (int c = 0; c < 4; ++c)
-          acc[r][c] = r < rr ? _mm512_maskz_loadu_ps(mk[c], o + (r0 + r) * ldo + d0 + 16 * c) : _mm512_setzero_ps();
-      for (int64_t j = 0; j < nb; ++j) {
-        const float* restrict vr = v + j * ldv + d0;
-        __m512 vv[4];
-        for (int c = 0; c < 4; ++c) vv[c] = _mm512_maskz_loadu_ps(mk[c], vr + 16 * c);
-        for (int r = 0; r < 4; ++r) {
-          const __m512 pb = _mm512_set1_ps(p[(r0 + r) * ldp + j]);
-          for (int c = 0; c < 4; ++c) acc[r][c] = _mm512_fmadd_ps(pb, vv[c], acc[r][c]);
-        }
-      }
-      for (int r = 0; r < 4; ++r)
-        if (r < rr)
-          for (int c = 0; c < 4; ++c) _mm512_mask_storeu_ps(o + (r0 + r) * ldo + d0 + 16 * c, mk[c], acc[r][c]);
+    } else if (nc == FUSOR_PVC) {
+      fusor_pv_tile(FUSOR_PVR, FUSOR_PVC, j0, j1, p, vc, ldv, oc, ldo, mk);
+    } else {
+      fusor_pv_tile(FUSOR_PVR, 1, j0, j1, p, vc, ldv, oc, ldo, mk);
     }
   }
 }
-
 )";
 
 } // namespace
 
-std::string attention_pv_source() { return kPv; }
+// Query blocks of MR rows per work item: each key block is brought from L3/memory to L2 once
+// for QS blocks (K and V of a long sequence do not fit L2 together).
+constexpr int kQueryBlocks = 4;
+
+std::string attention_pv_source(const Tuning& tuning) {
+  return "#define FUSOR_NB " + std::to_string(tuning.nb) + "\n" + kPv;
+}
 
 std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, const Tuning&) {
   const auto& d = c99_simd_dialect();
+  const auto& v = codegen::c99_avx512_dialect();
   const std::string T = ld.type;
   const bool f32 = T == "float";
+  const bool causal = r.causal();
   std::string s;
   s += "  const " + T + "* restrict Q = (const " + T + "*)operands[0];\n";
   s += "  const " + T + "* restrict Kt = (const " + T + "*)operands[1];\n";
@@ -64,6 +107,10 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   s += "  const float scale = " + codegen::float_literal(r.scale()) + ";\n";
   s += "  if (nbh == 0 || M == 0 || Dv == 0) return 0;\n";
   s += "  if (Nk == 0) { memset(out, 0, sizeof(float) * (size_t)(nbh * M * Dv)); return 0; }\n";
+  // Key block (a multiple of the 32-key panel) and the rows of the padded query block.
+  s += "  const int64_t NB = FUSOR_NB;\n";
+  s += "  const int64_t MRP = fusor_cdiv(FUSOR_MR, FUSOR_PVR) * FUSOR_PVR;\n";
+  s += "  enum { QS = " + std::to_string(kQueryBlocks) + " };\n";
   s += "  const int64_t nkb = fusor_cdiv(Nk, 32);\n";
   s += "  float* restrict kp = (float*)fusor_alloc(sizeof(float) * (size_t)(nkv * nkb * (D > 0 ? D : 1) * 32));\n";
   s += "  if (!kp) return 2;\n";
@@ -73,7 +120,7 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   }
   s += "  int failed = 0;\n";
   s += "  #pragma omp parallel\n  {\n";
-  // K of every KV head, packed once: [head][key block][D][32], keys past Nk zero.
+  // K of every KV head, packed once: [head][key panel][D][32], keys past Nk zero.
   s += "    #pragma omp for schedule(static)\n";
   s += "    for (int64_t hb = 0; hb < nkv * nkb; ++hb) {\n";
   s += "      const int64_t head = hb / nkb, n0 = (hb % nkb) * 32;\n";
@@ -95,78 +142,123 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
     s += "    for (int64_t e = 0; e < nkv * Nk * Dv; ++e) vf[e] = " + ld.load("V", "e") + ";\n";
   }
   s += "    const float* restrict vall = " + std::string(f32 ? "V" : "vf") + ";\n";
-  s += "    float* qp = (float*)fusor_alloc(sizeof(float) * (size_t)((D > 0 ? D : 1) * FUSOR_MR));\n";
-  s += "    float* ob = (float*)fusor_alloc(sizeof(float) * (size_t)(FUSOR_MR * Dv));\n";
-  s += "    float sc[FUSOR_MR * 32] __attribute__((aligned(64)));\n";
-  s += "    float pr[(FUSOR_MR + 4) * 32] __attribute__((aligned(64)));\n";
-  s += "    float mrow[FUSOR_MR], lrow[FUSOR_MR];\n";
-  s += "    memset(pr, 0, sizeof pr);\n";
-  s += "    if (!qp || !ob) {\n      #pragma omp atomic write\n      failed = 1;\n    }\n";
-  s += "    const int64_t nqb = fusor_cdiv(M, FUSOR_MR);\n";
+  // Per thread: QS packed query blocks [QS][D][MR], their output rows [QS * MRP][Dv] and
+  // running max/sum, and the scores -> probabilities of one block [MRP][NB] (rows past the
+  // micro-kernel's MR stay zero).
+  s += "    float* qp = (float*)fusor_alloc(sizeof(float) * (size_t)(QS * (D > 0 ? D : 1) * FUSOR_MR));\n";
+  s += "    float* ob = (float*)fusor_alloc(sizeof(float) * (size_t)(QS * MRP * Dv));\n";
+  s += "    float* sp = (float*)fusor_alloc(sizeof(float) * (size_t)(MRP * NB));\n";
+  s += "    float mall[QS * FUSOR_MR], lall[QS * FUSOR_MR];\n";
+  s += "    if (!qp || !ob || !sp) {\n      #pragma omp atomic write\n      failed = 1;\n    } else {\n";
+  s += "      memset(sp, 0, sizeof(float) * (size_t)(MRP * NB));\n    }\n";
+  s += "    const int64_t nqb = fusor_cdiv(M, QS * FUSOR_MR);\n";
   s += "    #pragma omp for schedule(dynamic, 1)\n";
   s += "    for (int64_t item = 0; item < nbh * nqb; ++item) {\n";
-  s += "      if (!qp || !ob) continue;\n";
-  s += "      const int64_t bh = item / nqb, i0 = (item % nqb) * FUSOR_MR;\n";
+  s += "      if (!qp || !ob || !sp) continue;\n";
+  s += "      const int64_t bh = item / nqb, q0 = (item % nqb) * QS * FUSOR_MR;\n";
   s += "      const int64_t b = bh / heads, h = bh % heads, kvh = b * kv_heads + h / group;\n";
-  s += "      const int64_t rows = M - i0 < FUSOR_MR ? M - i0 : FUSOR_MR;\n";
+  s += "      const int64_t qrows = M - q0 < QS * FUSOR_MR ? M - q0 : QS * FUSOR_MR, nsub = fusor_cdiv(qrows, "
+       "FUSOR_MR);\n";
   s += "      const " + T + "* restrict qh = Q + bh * M * D;\n";
-  s += "      for (int64_t r = 0; r < FUSOR_MR; ++r)\n";
-  s += "        for (int64_t c = 0; c < D; ++c)\n";
-  s += "          qp[c * FUSOR_MR + r] = r < rows ? " +
-       ld.load("qh", r.q_transposed() ? "c * M + i0 + r" : "(i0 + r) * D + c") + " : 0.0f;\n";
-  s += "      for (int64_t r = 0; r < FUSOR_MR; ++r) { mrow[r] = -INFINITY; lrow[r] = 0.0f; }\n";
-  s += "      memset(ob, 0, sizeof(float) * (size_t)(FUSOR_MR * Dv));\n";
-  // Top-left causal: query i sees keys 0..i.
-  s += std::string("      const int64_t n_end = ") + (r.causal() ? "(i0 + rows < Nk ? i0 + rows : Nk)" : "Nk") + ";\n";
+  s += "      for (int64_t sb = 0; sb < nsub; ++sb)\n";
+  s += "        for (int64_t rr = 0; rr < FUSOR_MR; ++rr) {\n";
+  s += "          const int64_t i = q0 + sb * FUSOR_MR + rr;\n";
+  s += "          float* restrict dst = qp + sb * D * FUSOR_MR + rr;\n";
+  s += "          for (int64_t c = 0; c < D; ++c)\n";
+  s += "            dst[c * FUSOR_MR] = i < M ? " + ld.load("qh", r.q_transposed() ? "c * M + i" : "i * D + c") +
+       " : 0.0f;\n";
+  s += "        }\n";
+  s += "      for (int64_t rr = 0; rr < QS * FUSOR_MR; ++rr) { mall[rr] = -INFINITY; lall[rr] = 0.0f; }\n";
+  s += "      memset(ob, 0, sizeof(float) * (size_t)(nsub * MRP * Dv));\n";
   s += "      const float* restrict vh = vall + kvh * Nk * Dv;\n";
-  s += "      for (int64_t n0 = 0; n0 < n_end; n0 += 32) {\n";
-  s += "        const int64_t nb = Nk - n0 < 32 ? Nk - n0 : 32;\n";
-  s += "        fusor_ukr(D, qp, kp + (kvh * nkb + n0 / 32) * D * 32, sc);\n";
-  s += std::string("        const int diag = ") + (r.causal() ? "n0 + nb > i0 + 1" : "0") + ";\n";
+  // Top-left causal: query i sees keys 0..i, so a query block needs keys below i0 + rows only.
+  s += std::string("      const int64_t n_all = ") + (causal ? "(q0 + qrows < Nk ? q0 + qrows : Nk)" : "Nk") + ";\n";
+  // Key blocks outside, query blocks inside: a K/V block is brought to L2 once per QS blocks.
+  s += "      for (int64_t n0 = 0; n0 < n_all; n0 += NB)\n";
+  s += "      for (int64_t sb = 0; sb < nsub; ++sb) {\n";
+  s += "        const int64_t i0 = q0 + sb * FUSOR_MR, rows = M - i0 < FUSOR_MR ? M - i0 : FUSOR_MR;\n";
+  s += std::string("        const int64_t n_end = ") + (causal ? "(i0 + rows < Nk ? i0 + rows : Nk)" : "Nk") + ";\n";
+  s += "        if (n0 >= n_end) continue;\n";
+  s += "        const int64_t nbk = n_end - n0 < NB ? n_end - n0 : NB;\n";
+  s += "        float* restrict obs = ob + sb * MRP * Dv;\n";
+  s += "        float* restrict mrow = mall + sb * FUSOR_MR;\n        float* restrict lrow = lall + sb * FUSOR_MR;\n";
+  s += "        for (int64_t pb = 0; pb < fusor_cdiv(nbk, 32); ++pb)\n";
+  s += "          fusor_ukr(D, qp + sb * D * FUSOR_MR, kp + (kvh * nkb + n0 / 32 + pb) * D * 32, sp + pb * 32, NB);\n";
+  // One online-softmax step per row over the block's visible keys.
   s += "        for (int64_t rr = 0; rr < rows; ++rr) {\n";
-  s += std::string("          int64_t lim = ") + (r.causal() ? "i0 + rr + 1 - n0" : "nb") + ";\n";
-  s += "          lim = lim < nb ? lim : nb;\n";
-  s += "          float* restrict srow = sc + rr * 32;\n          float* restrict prow = pr + rr * 32;\n";
-  s += "          if (lim <= 0) { for (int j = 0; j < 32; ++j) prow[j] = 0.0f; continue; }\n";
-  // Scores and their max over visible keys; vmaxps returns its second operand when either is
-  // NaN, so a NaN score never becomes the max (as the scalar renderer's comparison).
-  s += "          const __mmask16 k0 = lim >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << lim) - 1u);\n";
-  s +=
-      "          const __mmask16 k1 = lim >= 32 ? (__mmask16)0xFFFF : (lim > 16 ? (__mmask16)((1u << (lim - 16)) - 1u) "
-      ": (__mmask16)0);\n";
+  s += std::string("          const int64_t lim = ") +
+       (causal ? "(i0 + rr + 1 - n0 < nbk ? i0 + rr + 1 - n0 : nbk)" : "nbk") + ";\n";
+  s += "          if (lim <= 0) continue; /* causal: no key of this block is visible yet */\n";
+  s += "          const int64_t np = fusor_cdiv(lim, 32) * 32;\n";
+  s += "          float* restrict srow = sp + rr * NB;\n";
+  // Scaled scores and their max over visible keys; vmaxps returns its second operand when
+  // either is NaN, so a NaN score never becomes the max (as the scalar renderer's comparison).
   s += "          const __m512 vs = _mm512_set1_ps(scale), ninf = _mm512_set1_ps(-INFINITY);\n";
-  s += "          const __m512 s0 = _mm512_mul_ps(vs, _mm512_load_ps(srow)), s1 = _mm512_mul_ps(vs, "
-       "_mm512_load_ps(srow + 16));\n";
-  s += "          _mm512_store_ps(srow, s0);\n          _mm512_store_ps(srow + 16, s1);\n";
-  s += "          __m512 mx = _mm512_max_ps(_mm512_mask_blend_ps(k0, ninf, s0), ninf);\n";
-  s += "          mx = _mm512_max_ps(_mm512_mask_blend_ps(k1, ninf, s1), mx);\n";
-  s += "          const float bm = _mm512_reduce_max_ps(mx);\n";
+  s += "          __m512 mx0 = ninf, mx1 = ninf;\n";
+  s += "          for (int64_t j = 0; j < np; j += 32) {\n";
+  s += "            const int64_t rem = lim - j;\n";
+  s += "            const __mmask16 k0 = rem >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << rem) - 1u);\n";
+  s += "            const __mmask16 k1 = rem >= 32 ? (__mmask16)0xFFFF : (rem > 16 ? (__mmask16)((1u << (rem - 16)) - "
+       "1u) : (__mmask16)0);\n";
+  s += "            const __m512 s0 = _mm512_mul_ps(vs, _mm512_loadu_ps(srow + j));\n";
+  s += "            const __m512 s1 = _mm512_mul_ps(vs, _mm512_loadu_ps(srow + j + 16));\n";
+  s += "            _mm512_storeu_ps(srow + j, s0);\n            _mm512_storeu_ps(srow + j + 16, s1);\n";
+  s += "            mx0 = _mm512_max_ps(_mm512_mask_blend_ps(k0, ninf, s0), mx0);\n";
+  s += "            mx1 = _mm512_max_ps(_mm512_mask_blend_ps(k1, ninf, s1), mx1);\n";
+  s += "          }\n";
+  s += "          const float bm = _mm512_reduce_max_ps(_mm512_max_ps(mx0, mx1));\n";
   s += "          const float mo = mrow[rr], mn = mo > bm ? mo : bm;\n";
   s += "          const float dm = mo - mn;\n";
   s += "          const float alpha = mo == mn ? 1.0f : " +
        codegen::render_row_norm_accumulate(d, RowNorm::softmax, "dm") + ";\n";
-  s += "          float ls = 0.0f;\n";
-  s += "          #pragma omp simd reduction(+:ls)\n";
-  s += "          for (int j = 0; j < 32; ++j) {\n";
-  s += "            const float dd = srow[j] - mn;\n";
-  s += "            const float e = " + codegen::render_row_norm_accumulate(d, RowNorm::softmax, "dd") + ";\n";
-  s += "            prow[j] = j < lim ? e : 0.0f;\n            ls += prow[j];\n          }\n";
+  // Probabilities e^(s - m) of the visible keys, 16 at a time through the table's
+  // accumulate step rendered over __m512 (masked keys become 0 and never reach the sum).
+  s += "          const __m512 vmn = _mm512_set1_ps(mn);\n";
+  s += "          __m512 ls0 = _mm512_setzero_ps(), ls1 = _mm512_setzero_ps();\n";
+  s += "          for (int64_t j = 0; j < np; j += 32) {\n";
+  s += "            const int64_t rem = lim - j;\n";
+  s += "            const __mmask16 k0 = rem >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << rem) - 1u);\n";
+  s += "            const __mmask16 k1 = rem >= 32 ? (__mmask16)0xFFFF : (rem > 16 ? (__mmask16)((1u << (rem - 16)) - "
+       "1u) : (__mmask16)0);\n";
+  s += "            const __m512 d0 = _mm512_sub_ps(_mm512_loadu_ps(srow + j), vmn);\n";
+  s += "            const __m512 d1 = _mm512_sub_ps(_mm512_loadu_ps(srow + j + 16), vmn);\n";
+  s += "            const __m512 e0 = _mm512_maskz_mov_ps(k0, " +
+       codegen::render_row_norm_accumulate(v, RowNorm::softmax, "d0") + ");\n";
+  s += "            const __m512 e1 = _mm512_maskz_mov_ps(k1, " +
+       codegen::render_row_norm_accumulate(v, RowNorm::softmax, "d1") + ");\n";
+  s += "            _mm512_storeu_ps(srow + j, e0);\n            _mm512_storeu_ps(srow + j + 16, e1);\n";
+  s += "            ls0 = _mm512_add_ps(ls0, e0);\n            ls1 = _mm512_add_ps(ls1, e1);\n";
+  s += "          }\n";
+  s += "          const float ls = _mm512_reduce_add_ps(_mm512_add_ps(ls0, ls1));\n";
   s += "          lrow[rr] = lrow[rr] * alpha + ls;\n          mrow[rr] = mn;\n";
-  s += "          if (alpha != 1.0f) {\n            float* restrict orow = ob + rr * Dv;\n";
+  s += "          if (alpha != 1.0f) {\n            float* restrict orow = obs + rr * Dv;\n";
   s += "            #pragma omp simd\n            for (int64_t c = 0; c < Dv; ++c) orow[c] *= alpha;\n          }\n";
-  // On the causal diagonal each row sees its own prefix of keys: masked keys never touch V.
-  s += "          if (diag) fusor_pv(1, lim, prow, 32, vh + n0 * Dv, Dv, ob + rr * Dv, Dv, Dv);\n";
   s += "        }\n";
-  s += "        if (!diag) fusor_pv(rows, nb, pr, 32, vh + n0 * Dv, Dv, ob, Dv, Dv);\n";
+  // P·V per 12-row tile over the keys every row of the tile sees; on the causal diagonal each
+  // row then adds its own remaining prefix alone, so masked keys never touch V (a NaN in a
+  // masked V row cannot leak).
+  s += "        for (int64_t g0 = 0; g0 < rows; g0 += FUSOR_PVR) {\n";
+  if (causal) {
+    s += "          int64_t lim0 = i0 + g0 + 1 - n0;\n";
+    s += "          lim0 = lim0 < 0 ? 0 : (lim0 < nbk ? lim0 : nbk);\n";
+    s += "          fusor_pv(FUSOR_PVR, 0, lim0, sp + g0 * NB, vh + n0 * Dv, Dv, obs + g0 * Dv, Dv, Dv);\n";
+    s += "          for (int64_t rr = g0; rr < rows && rr < g0 + FUSOR_PVR; ++rr) {\n";
+    s += "            const int64_t lim = i0 + rr + 1 - n0 < nbk ? i0 + rr + 1 - n0 : nbk;\n";
+    s += "            fusor_pv(1, lim0, lim, sp + rr * NB, vh + n0 * Dv, Dv, obs + rr * Dv, Dv, Dv);\n";
+    s += "          }\n";
+  } else {
+    s += "          fusor_pv(FUSOR_PVR, 0, nbk, sp + g0 * NB, vh + n0 * Dv, Dv, obs + g0 * Dv, Dv, Dv);\n";
+  }
+  s += "        }\n";
   s += "      }\n";
-  s += "      for (int64_t rr = 0; rr < rows; ++rr) {\n";
+  s += "      for (int64_t k = 0; k < qrows; ++k) {\n";
   s += "        const float rf = " +
-       codegen::render_row_norm_factor(d, RowNorm::softmax, "lrow[rr]", "(float)n_end", "0.0f") + ";\n";
-  s += "        float* restrict o = out + (bh * M + i0 + rr) * Dv;\n";
-  s += "        const float* restrict orow = ob + rr * Dv;\n";
+       codegen::render_row_norm_factor(d, RowNorm::softmax, "lall[k]", "(float)Nk", "0.0f") + ";\n";
+  s += "        float* restrict o = out + (bh * M + q0 + k) * Dv;\n";
+  s += "        const float* restrict orow = ob + ((k / FUSOR_MR) * MRP + k % FUSOR_MR) * Dv;\n";
   s += "        #pragma omp simd\n        for (int64_t c = 0; c < Dv; ++c) o[c] = orow[c] * rf;\n";
   s += "      }\n    }\n";
-  s += "    free(qp);\n    free(ob);\n  }\n  free(kp);\n";
+  s += "    free(qp);\n    free(ob);\n    free(sp);\n  }\n  free(kp);\n";
   if (!f32) s += "  free(vf);\n";
   s += "  return failed ? 2 : 0;\n";
   return s;

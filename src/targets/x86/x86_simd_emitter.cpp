@@ -14,7 +14,7 @@ namespace fusor::x86 {
 
 namespace simd {
 
-std::string attention_pv_source(); // x86_simd_attention.cpp
+std::string attention_pv_source(const Tuning& tuning); // x86_simd_attention.cpp
 
 Error unsupported(RegionKind kind, const std::string& reason) {
   return make_error(ErrorCode::emit_unsupported, "region " + std::string(region_kind_name(kind)) +
@@ -44,14 +44,18 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
     int v = 0;
     const auto res = std::from_chars(value.data(), value.data() + value.size(), v);
     const bool number = res.ec == std::errc{} && res.ptr == value.data() + value.size();
-    int* field = key == "mr" ? &t.mr : key == "kc" ? &t.kc : key == "mc" ? &t.mc : nullptr;
-    if (!field) return unsupported(kind, "unknown option '" + key + "=" + value + "' (options: mr, kc, mc)");
-    const int lo = key == "mr" ? 4 : (key == "kc" ? 16 : 1), hi = key == "mr" ? 14 : 1 << 16;
+    int* field = key == "mr" ? &t.mr : key == "kc" ? &t.kc : key == "mc" ? &t.mc : key == "nb" ? &t.nb : nullptr;
+    if (!field) return unsupported(kind, "unknown option '" + key + "=" + value + "' (options: mr, kc, mc, nb)");
+    const int lo = key == "mr" ? 4 : (key == "kc" ? 16 : (key == "nb" ? 32 : 1));
+    const int hi = key == "mr" ? 14 : (key == "nb" ? 4096 : 1 << 16);
     if (!number || v < lo || v > hi)
       return unsupported(kind, "option " + key + "=" + value + " is outside " + std::to_string(lo) + ".." +
                                    std::to_string(hi));
+    if (key == "nb" && v % 32 != 0) return unsupported(kind, "option nb=" + value + " is not a multiple of 32");
     *field = v;
   }
+  // Attention's default query block: one 12-row P·V tile (x86_simd_attention.cpp says why).
+  if (kind == RegionKind::attention && !options.count("mr")) t.mr = 12;
   return t;
 }
 
@@ -132,7 +136,8 @@ Expected<KernelSource> emit_simd(const Region& region, const EmitOptions& option
   head += codegen::render_vector_math_helpers(codegen::c99_simd_dialect()) + "\n";
   head += kCommonHelpers;
   if (gemm_kind || kind == RegionKind::attention) head += simd::micro_kernel_source(tuning.mr);
-  if (kind == RegionKind::attention) head += simd::attention_pv_source();
+  if (kind == RegionKind::attention)
+    head += codegen::render_avx512_math_helpers(codegen::c99_avx512_dialect()) + simd::attention_pv_source(tuning);
   if (kind == RegionKind::pointwise || kind == RegionKind::pointwise_reduce) head += simd::pointwise_helpers();
 
   KernelSource src;

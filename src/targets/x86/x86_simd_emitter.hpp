@@ -17,8 +17,9 @@ inline constexpr std::string_view kAvx512Lane = "x86_avx512";
 // Why the AVX-512 lane cannot run `region` on this host (nullopt: it applies).
 std::optional<std::string> simd_declines(const Region& region);
 
-// Options (all optional, for tuning): "mr" rows of the micro-tile (4..14), "kc" the K block,
-// "mc" the target rows of a packed A block. Any other key is rejected.
+// Options (all optional, for tuning): "mr" rows of the micro-tile (4..14; attention's query
+// block, default 12 there), "kc" the K block, "mc" the target rows of a packed A block, "nb"
+// attention's keys per softmax step (32..4096, a multiple of 32). Any other key is rejected.
 Expected<KernelSource> emit_simd(const Region& region, const EmitOptions& options);
 
 } // namespace fusor::x86

@@ -18,7 +18,8 @@ using codegen::c99_simd_dialect;
 std::string micro_kernel_source(int mr) {
   const std::string MR = std::to_string(mr);
   std::string s = "#define FUSOR_MR " + MR + "\n";
-  s += "static void fusor_ukr(int64_t kc, const float* restrict a, const float* restrict b, float* restrict c) {\n";
+  s += "static void fusor_ukr(int64_t kc, const float* restrict a, const float* restrict b, float* restrict c, int64_t "
+       "ldc) {\n";
   for (int r = 0; r < mr; ++r)
     s += "  __m512 c" + std::to_string(r) + "_0 = _mm512_setzero_ps(), c" + std::to_string(r) +
          "_1 = _mm512_setzero_ps();\n";
@@ -35,8 +36,8 @@ std::string micro_kernel_source(int mr) {
   s += "  }\n";
   for (int r = 0; r < mr; ++r) {
     const std::string R = std::to_string(r);
-    s += "  _mm512_storeu_ps(c + " + std::to_string(r * 32) + ", c" + R + "_0); _mm512_storeu_ps(c + " +
-         std::to_string(r * 32 + 16) + ", c" + R + "_1);\n";
+    s += "  _mm512_storeu_ps(c + " + R + " * ldc, c" + R + "_0); _mm512_storeu_ps(c + " + R + " * ldc + 16, c" + R +
+         "_1);\n";
   }
   s += "}\n\n";
   return s;
@@ -127,7 +128,7 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
   s += codegen::render_unary_chain(d, plan.prologue, "v", "", "              ");
   s += "              dst[k * FUSOR_MR] = v;\n            }\n          }\n";
   s += "        for (int64_t p = p_lo; p < p_hi; ++p)\n          for (int64_t q = 0; q < nq; ++q) {\n";
-  s += "            fusor_ukr(kc, ap + q * kc * FUSOR_MR, bp + p * kc * 32, tile);\n";
+  s += "            fusor_ukr(kc, ap + q * kc * FUSOR_MR, bp + p * kc * 32, tile, 32);\n";
   s += "            const int64_t r0 = i0 + q * FUSOR_MR, c0 = p * " + CW + ";\n";
   s += "            const int64_t rows = M - r0 < FUSOR_MR ? M - r0 : FUSOR_MR, cols = N - c0 < " + CW +
        " ? N - c0 : " + CW + ";\n";

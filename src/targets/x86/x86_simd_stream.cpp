@@ -1,8 +1,10 @@
 // Streaming kinds for the AVX-512 lane: norm chains, pointwise DAGs and pointwise
 // reductions as `omp simd` loops over the op table's expressions in the SIMD dialect.
-// Norm rows are staged in an L1-resident buffer so memory sees one read of each input and
-// one write of the output; reductions keep 16 lane accumulators so NaN-propagating
-// combines (amax/amin) vectorise without changing their semantics.
+// Norm rows are software-pipelined (norm_chain_body says how) so memory sees one read of
+// each input and one write of the output, overlapped; reductions keep 16 lane accumulators
+// so NaN-propagating combines (amax/amin) vectorise without changing their semantics.
+#include <functional>
+
 #include "codegen/c_renderer.hpp"
 #include "targets/x86/x86_simd_common.hpp"
 
@@ -10,51 +12,100 @@ namespace fusor::x86::simd {
 
 using codegen::c99_simd_dialect;
 
+namespace {
+
+// Statements adding `term(idx, k)` (statements that add one element into accumulator `a<k>_`)
+// for idx over [0, n) into float `acc`: four accumulators over the row's quarters, so the sum
+// runs four independent vector add chains instead of one latency-bound chain.
+std::string split_sum(const std::string& acc, const std::string& n, const std::string& in,
+                      const std::function<std::string(const std::string&, int)>& term) {
+  std::string s = in + "{\n" + in + "  const int64_t q_ = " + n + " / 4;\n";
+  s += in + "  float a0_ = 0.0f, a1_ = 0.0f, a2_ = 0.0f, a3_ = 0.0f;\n";
+  s += in + "  #pragma omp simd reduction(+:a0_, a1_, a2_, a3_)\n";
+  s += in + "  for (int64_t j_ = 0; j_ < q_; ++j_) {\n";
+  for (int k = 0; k < 4; ++k) s += in + "    " + term(k == 0 ? "j_" : "j_ + " + std::to_string(k) + " * q_", k) + "\n";
+  s += in + "  }\n";
+  s += in + "  for (int64_t j_ = 4 * q_; j_ < " + n + "; ++j_) " + term("j_", 0) + "\n";
+  s += in + "  " + acc + " = (a0_ + a1_) + (a2_ + a3_);\n" + in + "}\n";
+  return s;
+}
+
+// `accumulate(src[idx] - c_)` added into a<k>_, from the op table.
+std::string accumulate_term(RowNorm norm, const std::string& src, const std::string& idx, int k) {
+  const std::string K = std::to_string(k);
+  return "{ const float d" + K + "_ = " + src + "[" + idx + "] - c_; a" + K +
+         "_ += " + codegen::render_row_norm_accumulate(c99_simd_dialect(), norm, "d" + K + "_") + "; }";
+}
+
+// Per-lane maximum of src[0..n) into c_, as the scalar renderer's comparison: a NaN never
+// becomes the maximum and an all -inf row keeps -inf (an OpenMP max reduction would start at
+// -FLT_MAX).
+std::string max_centre(const std::string& src, const std::string& n, const std::string& in) {
+  std::string s =
+      in + "{\n" + in + "  float m_[16];\n" + in + "  for (int l_ = 0; l_ < 16; ++l_) m_[l_] = -INFINITY;\n";
+  s += in + "  int64_t j_ = 0;\n";
+  s += in + "  for (; j_ + 16 <= " + n + "; j_ += 16) {\n";
+  s += in + "    #pragma omp simd\n";
+  s += in + "    for (int l_ = 0; l_ < 16; ++l_) m_[l_] = " + src + "[j_ + l_] > m_[l_] ? " + src +
+       "[j_ + l_] : m_[l_];\n";
+  s += in + "  }\n";
+  s += in + "  for (; j_ < " + n + "; ++j_) m_[0] = " + src + "[j_] > m_[0] ? " + src + "[j_] : m_[0];\n";
+  s += in + "  c_ = -INFINITY;\n";
+  s += in + "  for (int l_ = 0; l_ < 16; ++l_) c_ = m_[l_] > c_ ? m_[l_] : c_;\n" + in + "}\n";
+  return s;
+}
+
+// The output step of the op table, then the optional per-feature gamma/beta, for element j_
+// of src into `v_` (statements, no store).
+std::string output_value(RowNorm norm, const std::string& src, const std::string& gamma, const std::string& beta,
+                         const std::string& in) {
+  const auto& d = c99_simd_dialect();
+  std::string s = in + "const float d_ = " + src + "[j_] - c_;\n";
+  s += in + "float v_ = " + codegen::render_row_norm_output(d, norm, "d_", "r_") + ";\n";
+  if (!gamma.empty())
+    s += in + "const float g_ = " + gamma + "[j_];\n" + in + "v_ = " + codegen::render_op(d, Op::mul, "v_", "g_") +
+         ";\n";
+  if (!beta.empty())
+    s +=
+        in + "const float b_ = " + beta + "[j_];\n" + in + "v_ = " + codegen::render_op(d, Op::add, "v_", "b_") + ";\n";
+  return s;
+}
+
+} // namespace
+
 std::string row_norm_simd(RowNorm norm, const std::string& src, const std::string& dst, const std::string& n,
                           const std::string& eps, const std::string& gamma, const std::string& beta,
                           const std::string& in) {
-  const auto& d = c99_simd_dialect();
   const RowNormInfo& info = row_norm_info(norm);
-  std::string s = in + "{\n" + in + "  float c_ = 0.0f;\n";
+  std::string s = in + "{\n" + in + "  float c_ = 0.0f, s_ = 0.0f;\n";
   if (info.centre == RowCentre::mean) {
-    s += in + "  #pragma omp simd reduction(+:c_)\n";
-    s += in + "  for (int64_t j_ = 0; j_ < " + n + "; ++j_) c_ += " + src + "[j_];\n";
+    s += split_sum("c_", n, in + "  ", [&](const std::string& idx, int k) {
+      return "a" + std::to_string(k) + "_ += " + src + "[" + idx + "];";
+    });
     s += in + "  c_ /= (float)" + n + ";\n";
   } else if (info.centre == RowCentre::max) {
-    // Per-lane comparisons, as the scalar renderer does: a NaN never becomes the maximum
-    // and an all -inf row keeps -inf (an OpenMP max reduction would start at -FLT_MAX).
-    s += in + "  float m_[16];\n" + in + "  for (int l_ = 0; l_ < 16; ++l_) m_[l_] = -INFINITY;\n";
-    s += in + "  int64_t j_ = 0;\n";
-    s += in + "  for (; j_ + 16 <= " + n + "; j_ += 16) {\n";
-    s += in + "    #pragma omp simd\n";
-    s += in + "    for (int l_ = 0; l_ < 16; ++l_) m_[l_] = " + src + "[j_ + l_] > m_[l_] ? " + src +
-         "[j_ + l_] : m_[l_];\n";
-    s += in + "  }\n";
-    s += in + "  for (; j_ < " + n + "; ++j_) m_[0] = " + src + "[j_] > m_[0] ? " + src + "[j_] : m_[0];\n";
-    s += in + "  c_ = -INFINITY;\n";
-    s += in + "  for (int l_ = 0; l_ < 16; ++l_) c_ = m_[l_] > c_ ? m_[l_] : c_;\n";
+    s += max_centre(src, n, in + "  ");
   }
-  s += in + "  float s_ = 0.0f;\n";
-  s += in + "  #pragma omp simd reduction(+:s_)\n";
-  s += in + "  for (int64_t j_ = 0; j_ < " + n + "; ++j_) { const float d_ = " + src +
-       "[j_] - c_; s_ += " + codegen::render_row_norm_accumulate(d, norm, "d_") + "; }\n";
-  s += in + "  const float r_ = " + codegen::render_row_norm_factor(d, norm, "s_", "(float)" + n, eps) + ";\n";
+  s += split_sum("s_", n, in + "  ", [&](const std::string& idx, int k) { return accumulate_term(norm, src, idx, k); });
+  s += in +
+       "  const float r_ = " + codegen::render_row_norm_factor(c99_simd_dialect(), norm, "s_", "(float)" + n, eps) +
+       ";\n";
   s += in + "  #pragma omp simd\n";
   s += in + "  for (int64_t j_ = 0; j_ < " + n + "; ++j_) {\n";
-  s += in + "    const float d_ = " + src + "[j_] - c_;\n";
-  s += in + "    float v_ = " + codegen::render_row_norm_output(d, norm, "d_", "r_") + ";\n";
-  if (!gamma.empty())
-    s += in + "    const float g_ = " + gamma + "[j_];\n" + in +
-         "    v_ = " + codegen::render_op(d, Op::mul, "v_", "g_") + ";\n";
-  if (!beta.empty())
-    s += in + "    const float b_ = " + beta + "[j_];\n" + in +
-         "    v_ = " + codegen::render_op(d, Op::add, "v_", "b_") + ";\n";
+  s += output_value(norm, src, gamma, beta, in + "    ");
   s += in + "    " + dst + "[j_] = v_;\n" + in + "  }\n" + in + "}\n";
   return s;
 }
 
+// Rows are software-pipelined per thread: the pass that writes row i's output also reads row
+// i+1 (plus its residual) and accumulates the statistic that needs no centre yet (the mean's
+// sum; rmsnorm's whole sum of squares, its centre being zero). Memory then sees one read and
+// one write stream at all times, as a copy does, and only L1-resident passes remain between.
 std::string norm_chain_body(const NormChainRegion& r) {
   const auto& d = c99_simd_dialect();
+  const RowNormInfo& info = row_norm_info(r.norm());
+  const bool staged = r.add_residual(); // x + residual is staged in L1; otherwise rows are read in place
+  const std::string eps = codegen::float_literal(r.eps());
   std::string s;
   int next = 0;
   s += "  const float* restrict x = (const float*)operands[" + std::to_string(next++) + "];\n";
@@ -64,22 +115,72 @@ std::string norm_chain_body(const NormChainRegion& r) {
   s += "  if (rows == 0 || row_len == 0) return 0;\n";
   s += "  int failed = 0;\n";
   s += "  #pragma omp parallel\n  {\n";
-  s += "    float* restrict t = (float*)fusor_alloc(sizeof(float) * (size_t)row_len);\n";
-  s += "    if (!t) {\n      #pragma omp atomic write\n      failed = 1;\n    }\n";
-  s += "    #pragma omp for schedule(static)\n";
-  s += "    for (int64_t row = 0; row < rows; ++row) {\n";
-  s += "      if (!t) continue;\n";
-  s += "      const float* restrict xr = x + row * row_len;\n";
-  if (r.add_residual()) s += "      const float* restrict rr = res + row * row_len;\n";
-  s += "      float* restrict o = out + row * row_len;\n";
-  s += "      #pragma omp simd\n";
-  s += "      for (int64_t j = 0; j < row_len; ++j) {\n        float v = xr[j];\n";
-  if (r.add_residual())
-    s += "        const float rv = rr[j];\n        v = " + codegen::render_op(d, Op::add, "v", "rv") + ";\n";
-  s += "        t[j] = v;\n      }\n";
-  s += row_norm_simd(r.norm(), "t", "o", "row_len", codegen::float_literal(r.eps()), r.weight() ? "gamma" : "",
-                     r.bias() ? "beta" : "", "      ");
-  s += "    }\n    free(t);\n  }\n  return failed ? 2 : 0;\n";
+  s += "    int nt_ = 1, id_ = 0;\n#ifdef _OPENMP\n    nt_ = omp_get_num_threads();\n    id_ = omp_get_thread_num();\n"
+       "#endif\n";
+  s += "    const int64_t r_lo = rows / nt_ * id_ + (id_ < rows % nt_ ? id_ : rows % nt_);\n";
+  s += "    const int64_t r_hi = r_lo + rows / nt_ + (id_ < rows % nt_ ? 1 : 0);\n";
+  if (staged) {
+    s += "    float* restrict tb = (float*)fusor_alloc(sizeof(float) * 2 * (size_t)row_len);\n";
+    s += "    if (!tb) {\n      #pragma omp atomic write\n      failed = 1;\n    }\n";
+    s += "    if (tb && r_lo < r_hi) {\n";
+  } else {
+    s += "    if (r_lo < r_hi) {\n";
+  }
+  // What the staging pass accumulates: the sum for a mean centre, the table's accumulate
+  // of (v - 0) for a zero centre, nothing for a max centre (it needs the whole row first).
+  const bool early_sum = info.centre != RowCentre::max;
+  auto stage_element = [&](const std::string& xrow, const std::string& rrow, const std::string& trow,
+                           const std::string& in) {
+    std::string e = in + "float w_ = " + xrow + "[j_];\n";
+    if (staged)
+      e += in + "const float rw_ = " + rrow + "[j_];\n" + in + "w_ = " + codegen::render_op(d, Op::add, "w_", "rw_") +
+           ";\n" + in + trow + "[j_] = w_;\n";
+    if (info.centre == RowCentre::mean) e += in + "e_ += w_;\n";
+    if (info.centre == RowCentre::zero)
+      e += in + "{ const float dz_ = w_ - 0.0f; e_ += " + codegen::render_row_norm_accumulate(d, r.norm(), "dz_") +
+           "; }\n";
+    return e;
+  };
+  s += "      float e_ = 0.0f;\n";
+  s += "      {\n        const float* restrict xs = x + r_lo * row_len;\n";
+  if (staged) s += "        const float* restrict rs = res + r_lo * row_len;\n        float* restrict ts = tb;\n";
+  s += early_sum ? "        #pragma omp simd reduction(+:e_)\n" : "        #pragma omp simd\n";
+  s += "        for (int64_t j_ = 0; j_ < row_len; ++j_) {\n";
+  s += stage_element("xs", "rs", "ts", "          ");
+  s += "        }\n      }\n";
+  s += "      for (int64_t row = r_lo; row < r_hi; ++row) {\n";
+  // The last row stages itself again (into the other buffer / a re-read): harmless, in L1.
+  s += "        const int64_t rn = row + 1 < r_hi ? row + 1 : row;\n";
+  if (staged) {
+    s += "        const float* restrict t = tb + ((row - r_lo) & 1) * row_len;\n";
+    s += "        float* restrict tn = tb + ((row - r_lo + 1) & 1) * row_len;\n";
+    s += "        const float* restrict rnr = res + rn * row_len;\n";
+  } else {
+    s += "        const float* restrict t = x + row * row_len;\n";
+  }
+  s += "        const float* restrict xn = x + rn * row_len;\n";
+  s += "        float* restrict o = out + row * row_len;\n";
+  s += "        float c_ = 0.0f, s_ = 0.0f;\n";
+  if (info.centre == RowCentre::mean) {
+    s += "        c_ = e_ / (float)row_len;\n";
+  } else if (info.centre == RowCentre::max) {
+    s += max_centre("t", "row_len", "        ");
+  }
+  if (info.centre == RowCentre::zero)
+    s += "        s_ = e_;\n";
+  else
+    s += split_sum("s_", "row_len", "        ",
+                   [&](const std::string& idx, int k) { return accumulate_term(r.norm(), "t", idx, k); });
+  s += "        const float r_ = " + codegen::render_row_norm_factor(d, r.norm(), "s_", "(float)row_len", eps) + ";\n";
+  s += "        e_ = 0.0f;\n";
+  s += early_sum ? "        #pragma omp simd reduction(+:e_)\n" : "        #pragma omp simd\n";
+  s += "        for (int64_t j_ = 0; j_ < row_len; ++j_) {\n";
+  s += output_value(r.norm(), "t", r.weight() ? "gamma" : "", r.bias() ? "beta" : "", "          ");
+  s += "          o[j_] = v_;\n";
+  s += stage_element("xn", "rnr", "tn", "          ");
+  s += "        }\n      }\n    }\n";
+  if (staged) s += "    free(tb);\n";
+  s += "  }\n  return failed ? 2 : 0;\n";
   return s;
 }
 

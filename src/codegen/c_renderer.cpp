@@ -159,6 +159,23 @@ std::string render_unary_chain(const CDialect& dialect, std::span<const Op> ops,
   return out;
 }
 
+std::string render_gemm_epilogue(const CDialect& dialect, std::optional<Op> gate, std::span<const Op> epilogue,
+                                 std::string_view bias_load, std::string_view residual_load, std::string_view indent) {
+  const std::string in(indent);
+  std::string out;
+  if (gate) {
+    out += render_unary_chain(dialect, std::vector<Op>{*gate}, "v", "", indent);
+    out += in + "v = " + render_op(dialect, Op::mul, "v", "u") + ";\n";
+  }
+  if (!bias_load.empty()) out += in + "const float bv = " + std::string(bias_load) + ";\n";
+  out += render_unary_chain(dialect, epilogue, "v", "bv", indent);
+  if (!residual_load.empty()) {
+    out += in + "const float rv = " + std::string(residual_load) + ";\n";
+    out += in + "v = " + render_op(dialect, Op::add, "v", "rv") + ";\n";
+  }
+  return out;
+}
+
 std::string render_row_norm(const CDialect& dialect, RowNorm norm, std::string_view row, std::string_view n,
                             std::string_view eps, std::string_view indent) {
   const RowNormInfo& info = row_norm_info(norm);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -58,6 +59,13 @@ std::string render_op(const CDialect& dialect, Op op, std::string_view a, std::s
 // expression for the bias operand (only used if `ops` contains Op::bias).
 std::string render_unary_chain(const CDialect& dialect, std::span<const Op> ops, std::string_view var,
                                std::string_view bias, std::string_view indent);
+
+// What a GEMM-rooted kernel applies to its accumulator `v` before the store, one statement a
+// line at `indent`: the gate (v = act(v) · u, `u` declared by the caller), the bias loaded
+// into `bv` by `bias_load` when the epilogue holds one, the epilogue chain, then the residual
+// loaded into `rv` by `residual_load` and added. An empty load expression: none.
+std::string render_gemm_epilogue(const CDialect& dialect, std::optional<Op> gate, std::span<const Op> epilogue,
+                                 std::string_view bias_load, std::string_view residual_load, std::string_view indent);
 
 // Statements normalising `row[0..n)` in place (float* row, int64 n), as RowNormInfo's
 // four steps. `eps` is an expression.

@@ -116,17 +116,9 @@ std::string gemm_body(const GemmPlan& plan, DType dtype) {
   s += "    for (int i = 0; i < 4; ++i)\n      for (int j = 0; j < 4; ++j) {\n";
   s += "        const int64_t gm = m0 + ty * 4 + i, gn = n0 + tx * 4 + j;\n";
   s += "        if (gm >= M || gn >= N) continue;\n        float v = acc[i][j];\n";
-  if (gated) {
-    s += "        float u = acc2[i][j];\n";
-    s += codegen::render_unary_chain(d, std::vector<Op>{*plan.gate}, "v", "", "        ");
-    s += "        v = " + codegen::render_op(d, Op::mul, "v", "u") + ";\n";
-  }
-  if (has_bias) s += "        const float bv = " + ld("bias", "gn") + ";\n";
-  s += codegen::render_unary_chain(d, plan.epilogue, "v", "bv", "        ");
-  if (plan.residual) {
-    s += "        const float rv = " + ld("res", "gm * N + gn") + ";\n";
-    s += "        v = " + codegen::render_op(d, Op::add, "v", "rv") + ";\n";
-  }
+  if (gated) s += "        float u = acc2[i][j];\n";
+  s += codegen::render_gemm_epilogue(d, plan.gate, plan.epilogue, has_bias ? ld("bias", "gn") : "",
+                                     plan.residual ? ld("res", "gm * N + gn") : "", "        ");
   s += "        out[gm * N + gn] = v;\n      }\n  }\n";
   if (rows) {
     // Every row of this block is complete in `out`: normalise it, one warp per row.

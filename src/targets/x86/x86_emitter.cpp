@@ -154,17 +154,9 @@ std::string emit_gemm_body(const GemmPlan& plan, const StorageLoad& ld) {
   // Epilogue on the cache-resident tile, then the single store.
   s += "        for (int64_t r = 0; r < rb; ++r)\n          for (int64_t j = 0; j < nb; ++j) {\n";
   s += "            float v = acc[r][j];\n";
-  if (gated) {
-    s += "            float u = acc2[r][j];\n";
-    s += codegen::render_unary_chain(d, std::vector<Op>{*plan.gate}, "v", "", "            ");
-    s += "            v = " + codegen::render_op(d, Op::mul, "v", "u") + ";\n";
-  }
-  if (has_bias) s += "            const float bv = " + ld.load("bias", "j0 + j") + ";\n";
-  s += codegen::render_unary_chain(d, plan.epilogue, "v", "bv", "            ");
-  if (plan.residual) {
-    s += "            const float rv = " + ld.load("res", "(i0 + r) * N + j0 + j") + ";\n";
-    s += "            v = " + codegen::render_op(d, Op::add, "v", "rv") + ";\n";
-  }
+  if (gated) s += "            float u = acc2[r][j];\n";
+  s += codegen::render_gemm_epilogue(d, plan.gate, plan.epilogue, has_bias ? ld.load("bias", "j0 + j") : "",
+                                     plan.residual ? ld.load("res", "(i0 + r) * N + j0 + j") : "", "            ");
   s += "            out[(i0 + r) * N + j0 + j] = v;\n          }\n";
   s += "      }\n";
   if (plan.reduction) {

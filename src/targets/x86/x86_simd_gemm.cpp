@@ -144,8 +144,7 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
     s += "              for (int64_t j = 0; j < cols; ++j) {\n";
     s += "                float v = first ? t[j] : t[j] + sp[j];\n";
     s += "                const float u = first ? t[16 + j] : t[16 + j] + sp[16 + j];\n";
-    s += codegen::render_unary_chain(d, std::vector<Op>{*plan.gate}, "v", "", "                ");
-    s += "                v = " + codegen::render_op(d, Op::mul, "v", "u") + ";\n";
+    s += codegen::render_gemm_epilogue(d, plan.gate, {}, "", "", "                ");
     s += "                o[j] = v;\n              }\n";
   } else {
     s += "              if (!last) {\n";
@@ -155,12 +154,9 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
     s += "              #pragma omp simd\n";
     s += "              for (int64_t j = 0; j < cols; ++j) {\n";
     s += "                float v = first ? t[j] : t[j] + o[j];\n";
-    if (has_bias) s += "                const float bv = " + ld.load("bias", "c0 + j") + ";\n";
-    s += codegen::render_unary_chain(d, plan.epilogue, "v", "bv", "                ");
-    if (plan.residual) {
-      s += "                const float rv = " + ld.load("res", "(r0 + r) * N + c0 + j") + ";\n";
-      s += "                v = " + codegen::render_op(d, Op::add, "v", "rv") + ";\n";
-    }
+    s +=
+        codegen::render_gemm_epilogue(d, std::nullopt, plan.epilogue, has_bias ? ld.load("bias", "c0 + j") : "",
+                                      plan.residual ? ld.load("res", "(r0 + r) * N + c0 + j") : "", "                ");
     s += "                o[j] = v;\n              }\n";
   }
   s += "            }\n          }\n";

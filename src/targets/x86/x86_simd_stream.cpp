@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "codegen/c_renderer.hpp"
+#include "targets/x86/x86_broadcast.hpp"
 #include "targets/x86/x86_simd_common.hpp"
 
 namespace fusor::x86::simd {
@@ -193,19 +194,11 @@ std::string pointwise_setup(size_t n_inputs, const std::string& dims_base) {
   s += "  int contiguous = 1, rowwise = rank > 0;\n";
   for (size_t i = 0; i < n_inputs; ++i) {
     const std::string n = std::to_string(i);
-    s += "  const float* restrict x" + n + " = (const float*)operands[" + n + "];\n";
-    s += "  const int64_t* st" + n + " = shape + rank * " + std::to_string(i + 1) + ";\n";
-    s += "  const int mode" + n + " = fusor_bcast_mode(rank, shape, st" + n + ");\n";
+    s += broadcast_input(i);
     s += "  contiguous = contiguous && mode" + n + " == 0;\n";
     s += "  rowwise = rowwise && (mode" + n + " == 0 || fusor_row_bcast(rank, shape, st" + n + "));\n";
   }
   return s;
-}
-
-std::string load_broadcast(int i, const std::string& index) {
-  const std::string n = std::to_string(i);
-  return "x" + n + "[mode" + n + " == 0 ? " + index + " : (mode" + n + " == 1 ? 0 : fusor_bcast_index(" + index +
-         ", rank, shape, st" + n + "))]";
 }
 
 std::string load_contiguous(int i, const std::string& index) { return "x" + std::to_string(i) + "[" + index + "]"; }
@@ -213,17 +206,7 @@ std::string load_contiguous(int i, const std::string& index) { return "x" + std:
 } // namespace
 
 std::string pointwise_helpers() {
-  return "/* 0: contiguous, 1: one element for all, 2: general strides */\n"
-         "static int fusor_bcast_mode(int64_t rank, const int64_t* shape, const int64_t* st) {\n"
-         "  int contiguous = 1, scalar = 1;\n  int64_t stride = 1;\n"
-         "  for (int64_t d = rank - 1; d >= 0; --d) {\n"
-         "    if (shape[d] != 1 && st[d] != stride) contiguous = 0;\n"
-         "    if (shape[d] != 1 && st[d] != 0) scalar = 0;\n    stride *= shape[d];\n  }\n"
-         "  return contiguous ? 0 : (scalar ? 1 : 2);\n}\n"
-         "static inline int64_t fusor_bcast_index(int64_t i, int64_t rank, const int64_t* shape, const int64_t* st) {\n"
-         "  int64_t idx = 0;\n"
-         "  for (int64_t d = rank - 1; d >= 0; --d) { idx += (i % shape[d]) * st[d]; i /= shape[d]; }\n"
-         "  return idx;\n}\n"
+  return broadcast_helpers() +
          "/* Whether an input repeats one contiguous last-axis row (a bias-like [n] operand). */\n"
          "static int fusor_row_bcast(int64_t rank, const int64_t* shape, const int64_t* st) {\n"
          "  if (rank == 0 || st[rank - 1] != 1) return 0;\n"

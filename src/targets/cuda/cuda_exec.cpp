@@ -100,8 +100,9 @@ Expected<CallResult> run_call(const Driver& d, const LoadedKernel& k, const Kern
   const auto out_elems = static_cast<size_t>(call.output_elems);
 
   // A library kernel takes some operands widened (plan_operands); a cubin takes them as packed.
-  const std::vector<std::string> host_operands =
-      k.plan() ? plan_operands(*k.plan(), call.operands) : std::vector<std::string>(call.operands);
+  std::vector<std::string> widened;
+  if (k.plan()) widened = plan_operands(*k.plan(), call.operands);
+  const std::vector<std::string>& host_operands = k.plan() ? widened : call.operands;
   std::vector<DeviceBuffer> operands;
   std::vector<CUdeviceptr> operand_ptrs;
   operands.reserve(host_operands.size());

@@ -70,7 +70,7 @@ const std::vector<Mutant>& mutants() {
       {"gate applied to the up projection",
        "gated { gate_act = silu }",
        {{"float u = acc2[r][j];", "float u = acc[r][j];"}}},
-      {"gate activation missing", "gated { gate_act = gelu }", {{"v = (0.5f * v", "v = (0.5f * 2.0f * v"}}},
+      {"gate activation missing", "gated { gate_act = gelu }", {{"v = (v / (1.0f", "v = (2.0f * v / (1.0f"}}},
       // ---- attention
       {"causal mask off", "attention { causal = true }", {{"(i + 1 < Nk ? i + 1 : Nk)", "Nk"}}},
       {"causal mask one key late",

@@ -213,6 +213,34 @@ TEST(X86Simd, MatmulAndGatedRagged) {
   expect_matches_reference(silu, gemm(7, 4096, 17), 13, 0.3);
 }
 
+// The GEMM epilogue runs 16 lanes at a time when every op of the chain renders over __m512
+// and operands are f32; selects (relu) and 16-bit operands keep the compiler-vectorised
+// float loop. Either way the oracle passes the kernel.
+TEST(X86Simd, GemmEpilogueVectorPathAndFallback) {
+  REQUIRE_AVX512();
+  const auto& v16 = codegen::c99_avx512_dialect();
+  for (Op op : {Op::bias, Op::gelu, Op::silu, Op::sigmoid, Op::add, Op::mul, Op::div, Op::neg, Op::exp})
+    EXPECT_TRUE(codegen::renders_in(v16, op)) << op_info(op).name;
+  for (Op op : {Op::relu, Op::maximum, Op::sign, Op::tanh, Op::gelu_erf, Op::log, Op::abs})
+    EXPECT_FALSE(codegen::renders_in(v16, op)) << op_info(op).name;
+  EXPECT_TRUE(codegen::renders_in(codegen::c99_simd_dialect(), Op::relu));
+  const std::string vector_store = "_mm512_mask_storeu_ps(o + j, m, v)";
+  auto source = [&](const std::string& text) {
+    const Region region = region_of(text);
+    auto src = lane(region_kind(region))->emit(region, {});
+    EXPECT_TRUE(src.ok()) << text;
+    expect_verified(region);
+    return src.ok() ? src->source : std::string();
+  };
+  EXPECT_NE(source("fused { epilogue = [bias, gelu]; residual = true }").find(vector_store), std::string::npos);
+  EXPECT_NE(source("gated { gate_act = silu }").find(vector_store), std::string::npos);
+  EXPECT_EQ(source("fused { epilogue = [bias, relu] }").find(vector_store), std::string::npos);
+  EXPECT_EQ(source("fused { epilogue = [bias, gelu]; storage = f16 }").find(vector_store), std::string::npos);
+  // Sums of large magnitude: GELU is x itself above and ~0 below (the exponent is held
+  // above -80, where a subnormal e^x would cost a microcode assist per vector).
+  expect_matches_reference(region_of("fused { epilogue = [bias, gelu] }"), gemm(33, 70, 40), 14, 20.0);
+}
+
 TEST(X86Simd, AttentionCausalAndNot) {
   REQUIRE_AVX512();
   for (bool causal : {false, true}) {
@@ -367,9 +395,9 @@ TEST(X86Simd, VectorMathErrorBounds) {
   EXPECT_LT(r.max_abs, 5e-7);
 }
 
-// fusor_expf16 (the AVX-512 spelling attention's softmax renders through) against double exp,
-// in a kernel of its own: the same bounds and special values as fusor_expf.
-std::vector<float> run_expf16(const std::vector<float>& xs) {
+// An expression over `x` (16 lanes) of the AVX-512 helpers (what attention's softmax and the
+// GEMM's vector epilogue render through), in a kernel of its own.
+std::vector<float> run_avx512(const std::string& expr, const std::vector<float>& xs) {
   KernelSource src;
   src.source =
       "#include <immintrin.h>\n#include <math.h>\n#include <stdint.h>\n#include <string.h>\n" +
@@ -378,13 +406,16 @@ std::vector<float> run_expf16(const std::vector<float>& xs) {
       "  const float* x = (const float*)operands[0];\n"
       "  for (int64_t i = 0; i < dims[0]; i += 16) {\n"
       "    const __mmask16 k = dims[0] - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (dims[0] - i)) - 1u);\n"
-      "    _mm512_mask_storeu_ps(out + i, k, fusor_expf16(_mm512_maskz_loadu_ps(k, x + i)));\n"
+      "    const __m512 v = _mm512_maskz_loadu_ps(k, x + i);\n"
+      "    _mm512_mask_storeu_ps(out + i, k, " +
+      expr +
+      ");\n"
       "  }\n  return 0;\n}\n";
   src.entry = "fusor_kernel";
   src.lang = "c";
   src.target = "x86";
   src.lane = "x86_avx512";
-  src.region_text = "expf16 test";
+  src.region_text = "avx512 helper test: " + expr;
   auto art = x86().compile(src);
   EXPECT_TRUE(art.ok()) << (art.ok() ? "" : art.error().str());
   if (!art.ok()) return {};
@@ -403,11 +434,11 @@ std::vector<float> run_expf16(const std::vector<float>& xs) {
 TEST(X86Simd, VectorExp16ErrorBoundsAndSpecialValues) {
   REQUIRE_AVX512();
   const auto ex = grid(-87.0, 88.7, 400001); // not a multiple of 16: the masked tail too
-  const auto e = measure(ex, run_expf16(ex), [](double x) { return std::exp(x); });
+  const auto e = measure(ex, run_avx512("fusor_expf16(v)", ex), [](double x) { return std::exp(x); });
   std::printf("vector exp16: max rel err %.3g\n", e.max_rel);
   EXPECT_LT(e.max_rel, 3e-7);
   const float inf = INFINITY, nan = NAN;
-  const auto sv = run_expf16({nan, inf, -inf, 0.0f, -0.0f, 100.0f, -200.0f, 89.0f, -104.5f});
+  const auto sv = run_avx512("fusor_expf16(v)", {nan, inf, -inf, 0.0f, -0.0f, 100.0f, -200.0f, 89.0f, -104.5f});
   ASSERT_EQ(sv.size(), 9u);
   EXPECT_TRUE(std::isnan(sv[0]));
   EXPECT_EQ(sv[1], inf);
@@ -418,6 +449,29 @@ TEST(X86Simd, VectorExp16ErrorBoundsAndSpecialValues) {
   EXPECT_EQ(sv[6], 0.0f);
   EXPECT_EQ(sv[7], inf); // e^89 > FLT_MAX
   EXPECT_EQ(sv[8], 0.0f);
+}
+
+// fmaxf/fminf over 16 lanes keep C99's rule (a NaN operand yields the other operand) with
+// either operand a vector or an op-table float literal.
+TEST(X86Simd, VectorMinMax16NaNRule) {
+  REQUIRE_AVX512();
+  const float inf = INFINITY, nan = NAN;
+  const std::vector<float> xs{nan, -inf, -100.0f, -80.0f, 0.0f, 3.0f, inf};
+  const auto mx = run_avx512("fusor_fmaxf16(v, -80.0f)", xs);
+  const auto mxr = run_avx512("fusor_fmaxf16(-80.0f, v)", xs);
+  const auto mn = run_avx512("fusor_fminf16(v, 2.0f)", xs);
+  const auto nn = run_avx512("fusor_fmaxf16(v, v * 0.0f + NAN)", xs);
+  ASSERT_EQ(mx.size(), xs.size());
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    const float x = xs[i];
+    EXPECT_EQ(mx[i], std::fmax(x, -80.0f)) << x;
+    EXPECT_EQ(mxr[i], std::fmax(-80.0f, x)) << x;
+    EXPECT_EQ(mn[i], std::fmin(x, 2.0f)) << x;
+    if (std::isnan(x))
+      EXPECT_TRUE(std::isnan(nn[i]));
+    else
+      EXPECT_EQ(nn[i], x);
+  }
 }
 
 TEST(X86Simd, VectorMathSpecialValues) {

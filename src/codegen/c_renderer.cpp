@@ -1,5 +1,7 @@
 #include "codegen/c_renderer.hpp"
 
+#include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 
@@ -112,7 +114,12 @@ std::string render_vector_math_helpers(const CDialect& dialect) {
 }
 
 const CDialect& c99_avx512_dialect() {
-  static const CDialect dialect{"c99_avx512", "restrict", "static inline", "", {{"expf", "fusor_expf16"}}};
+  static const CDialect dialect{"c99_avx512",
+                                "restrict",
+                                "static inline",
+                                "",
+                                {{"expf", "fusor_expf16"}, {"fmaxf", "fusor_fmaxf16"}, {"fminf", "fusor_fminf16"}},
+                                "__m512"};
   return dialect;
 }
 
@@ -120,21 +127,35 @@ std::string render_avx512_math_helpers(const CDialect& dialect) {
   const std::string p(dialect.helper_prefix);
   // vmaxps/vminps return their second operand when one is NaN, so the clamp keeps NaN (and
   // exp(NaN) = NaN); +inf clamps to 89 (-> inf), -inf to -104 (-> 0), as fusor_expf.
-  return p + " __m512 fusor_expf16(__m512 x) {\n"
-             "  const __m512 xc = _mm512_min_ps(_mm512_set1_ps(89.0f), _mm512_max_ps(_mm512_set1_ps(-104.0f), x));\n"
-             "  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),\n"
-             "                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);\n"
-             "  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);\n"
-             "  r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);\n"
-             "  __m512 q = _mm512_set1_ps(1.9875691500e-4f);\n"
-             "  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(1.3981999507e-3f));\n"
-             "  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(8.3334519073e-3f));\n"
-             "  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(4.1665795894e-2f));\n"
-             "  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(1.6666665459e-1f));\n"
-             "  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(5.0000001201e-1f));\n"
-             "  q = _mm512_fmadd_ps(q, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));\n"
-             "  return _mm512_scalef_ps(q, n);\n"
-             "}\n";
+  return p +
+         " __m512 fusor_expf16(__m512 x) {\n"
+         "  const __m512 xc = _mm512_min_ps(_mm512_set1_ps(89.0f), _mm512_max_ps(_mm512_set1_ps(-104.0f), x));\n"
+         "  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),\n"
+         "                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);\n"
+         "  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);\n"
+         "  r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);\n"
+         "  __m512 q = _mm512_set1_ps(1.9875691500e-4f);\n"
+         "  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(1.3981999507e-3f));\n"
+         "  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(8.3334519073e-3f));\n"
+         "  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(4.1665795894e-2f));\n"
+         "  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(1.6666665459e-1f));\n"
+         "  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(5.0000001201e-1f));\n"
+         "  q = _mm512_fmadd_ps(q, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));\n"
+         "  return _mm512_scalef_ps(q, n);\n"
+         "}\n" +
+         "/* C99 fmaxf/fminf: a NaN operand yields the other one; vmaxps/vminps return b when either is.\n"
+         "   The macros broadcast a float operand (an op-table literal) to 16 lanes. */\n" +
+         p + " __m512 fusor_v16(__m512 x) { return x; }\n" +
+         "#define fusor_lanes16(x) _Generic((x), float: _mm512_set1_ps, default: fusor_v16)(x)\n" + p +
+         " __m512 fusor_fmaxf16_(__m512 a, __m512 b) {\n"
+         "  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(b, b, _CMP_UNORD_Q), _mm512_max_ps(a, b), a);\n"
+         "}\n" +
+         p +
+         " __m512 fusor_fminf16_(__m512 a, __m512 b) {\n"
+         "  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(b, b, _CMP_UNORD_Q), _mm512_min_ps(a, b), a);\n"
+         "}\n"
+         "#define fusor_fmaxf16(a, b) fusor_fmaxf16_(fusor_lanes16(a), fusor_lanes16(b))\n"
+         "#define fusor_fminf16(a, b) fusor_fminf16_(fusor_lanes16(a), fusor_lanes16(b))\n";
 }
 
 std::string float_literal(double value) {
@@ -146,6 +167,22 @@ std::string float_literal(double value) {
   std::string text(buf, res.ptr);
   if (text.find_first_of(".e") == std::string::npos) text += ".0";
   return "(" + text + "f)";
+}
+
+bool renders_in(const CDialect& dialect, Op op) {
+  if (dialect.value_type == "float") return true;
+  const std::string_view e = op_info(op).c_expr;
+  if (e.find_first_of("?<>=!") != std::string_view::npos) return false;
+  for (std::size_t i = 0; i < e.size(); ++i) {
+    if (e[i] != '(' || i == 0 || !(std::isalnum(static_cast<unsigned char>(e[i - 1])) || e[i - 1] == '_')) continue;
+    std::size_t start = i;
+    while (start > 0 && (std::isalnum(static_cast<unsigned char>(e[start - 1])) || e[start - 1] == '_')) --start;
+    const std::string_view name = e.substr(start, i - start);
+    const bool renamed = std::any_of(dialect.renames.begin(), dialect.renames.end(),
+                                     [&](const auto& rename) { return rename.first == name; });
+    if (!renamed) return false;
+  }
+  return true;
 }
 
 std::string render_op(const CDialect& dialect, Op op, std::string_view a, std::string_view b) {
@@ -167,10 +204,11 @@ std::string render_gemm_epilogue(const CDialect& dialect, std::optional<Op> gate
     out += render_unary_chain(dialect, std::vector<Op>{*gate}, "v", "", indent);
     out += in + "v = " + render_op(dialect, Op::mul, "v", "u") + ";\n";
   }
-  if (!bias_load.empty()) out += in + "const float bv = " + std::string(bias_load) + ";\n";
+  const std::string type(dialect.value_type);
+  if (!bias_load.empty()) out += in + "const " + type + " bv = " + std::string(bias_load) + ";\n";
   out += render_unary_chain(dialect, epilogue, "v", "bv", indent);
   if (!residual_load.empty()) {
-    out += in + "const float rv = " + std::string(residual_load) + ";\n";
+    out += in + "const " + type + " rv = " + std::string(residual_load) + ";\n";
     out += in + "v = " + render_op(dialect, Op::add, "v", "rv") + ";\n";
   }
   return out;

@@ -23,6 +23,8 @@ struct CDialect {
   std::string_view kernel_prefix; // qualifiers of the entry: "" / "extern \"C\" __global__"
   // Math function renames applied to op-table expressions (e.g. expf → __expf).
   std::vector<std::pair<std::string_view, std::string_view>> renames;
+  // Type of the values expressions compute on ("float", or "__m512" for 16 lanes at once).
+  std::string_view value_type = "float";
 };
 
 const CDialect& c99_dialect();
@@ -40,8 +42,9 @@ std::string render_vector_math_helpers(const CDialect& dialect);
 // AVX-512 code that holds 16 floats in a __m512: op-table expressions render over __m512
 // operands (GCC's vector extensions give + - * / with scalar operands), with expf renamed to
 // `fusor_expf16` of render_avx512_math_helpers (the same Cody-Waite split and Cephes
-// polynomial as fusor_expf, in fused multiply-adds, 2^n by vscalefps). Only expressions whose
-// functions have such a spelling (expf) render with this dialect.
+// polynomial as fusor_expf, in fused multiply-adds, 2^n by vscalefps) and fmaxf/fminf to
+// 16-lane versions with C99's NaN rule. Only expressions whose functions have such a
+// spelling render with this dialect (renders_in).
 const CDialect& c99_avx512_dialect();
 std::string render_avx512_math_helpers(const CDialect& dialect);
 // CUDA C++ compiled by NVRTC: device helpers, `__restrict__`, an extern "C" __global__
@@ -50,6 +53,11 @@ const CDialect& cuda_dialect();
 
 // A float literal that C and CUDA read back exactly (INFINITY/NAN for non-finite).
 std::string float_literal(double value);
+
+// Whether `op`'s expression renders in `dialect`: always for scalar dialects; a vector
+// dialect needs an expression without selects or comparisons (C has no vector `?:`) whose
+// every function has a rename there.
+bool renders_in(const CDialect& dialect, Op op);
 
 // `op` applied to operand expressions `a` (and `b` for binary ops). Operands should be
 // plain variables: the op table may mention an operand several times.

@@ -183,7 +183,8 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   s += "        float* restrict obs = ob + sb * MRP * Dv;\n";
   s += "        float* restrict mrow = mall + sb * FUSOR_MR;\n        float* restrict lrow = lall + sb * FUSOR_MR;\n";
   s += "        for (int64_t pb = 0; pb < fusor_cdiv(nbk, 32); ++pb)\n";
-  s += "          fusor_ukr(D, qp + sb * D * FUSOR_MR, kp + (kvh * nkb + n0 / 32 + pb) * D * 32, sp + pb * 32, NB);\n";
+  s += "          fusor_ukr(D, qp + sb * D * FUSOR_MR, kp + (kvh * nkb + n0 / 32 + pb) * D * 32, sp + pb * 32, NB, "
+       "NULL, 0);\n";
   // One online-softmax step per row over the block's visible keys.
   s += "        for (int64_t rr = 0; rr < rows; ++rr) {\n";
   s += std::string("          const int64_t lim = ") +

@@ -13,8 +13,8 @@ namespace fusor::x86::simd {
 
 struct Tuning {
   int mr = 14;   // rows of the register tile (accumulators: mr x 2 zmm)
-  int kc = 1024; // largest K block (K is split into even blocks no larger)
-  int mc = 96;   // target rows of a packed A block (L2)
+  int kc = 512;  // largest K block (K is split into even blocks no larger)
+  int mc = 512;  // target rows of a packed A block (mc x kc floats: 1 MiB of L2)
   int nb = 512;  // attention: keys per online-softmax step (a multiple of 32)
 };
 
@@ -29,9 +29,9 @@ struct StorageLoad {
   }
 };
 
-// The MR x 32 micro-kernel `fusor_ukr(kc, a, b, c, ldc)`: c[MR][32] (rows ldc floats apart)
-// = a^T b with a packed [kc][MR] and b packed [kc][32]; accumulators live in zmm registers
-// for the whole kc.
+// The MR x 32 micro-kernel `fusor_ukr(kc, a, b, c, ldc, cin, ldin)`: c[MR][32] (rows ldc floats
+// apart) = cin + a^T b (cin rows ldin apart; NULL: zero; it may be c) with a packed [kc][MR] and b packed [kc][32];
+// accumulators live in zmm registers for the whole kc.
 std::string micro_kernel_source(int mr);
 
 // Statements normalising a row with the op table's four steps, vectorised: reads src[0..n),

@@ -1,11 +1,14 @@
-// GEMM-rooted kinds (fused, matmul, gated) for the AVX-512 lane, BLIS-style:
-//   for each K block (kc):   pack B[kc, all N] into 32-wide panels (shared, all threads)
-//     for each row block (mc rows, split over threads): pack A (storage -> f32, layout,
-//       prologue) into MR-row panels, then for every B panel x A panel run the MR x 32
-//       register micro-kernel into an L1 tile and merge it: partial sums for inner K blocks,
-//       and at the last K block bias, epilogue, gate and residual from the op table on the
-//       L1 tile, then the one store of the final value; row reductions run on the finished
-//       rows of the block while they are still in L2.
+// GEMM-rooted kinds (fused, matmul, gated) for the AVX-512 lane, brgemm-style. Work items
+// are (row block, panel chunk), split over threads by columns when B is the larger operand,
+// by rows otherwise. Per item and K block (kc):
+//   pack A (storage -> f32, layout, prologue) into MR-row panels that stay in L2;
+//   for every 4 panels of B: pack them (32 columns each) into a private L2 buffer, then run
+//     the MR x 32 register micro-kernel over every panel x A panel. Inner K blocks leave
+//     their partial sums in `out` and the next block's micro-kernel starts from them in
+//     registers; at the last block bias, epilogue, gate and residual from the op table are
+//     applied to the L1 tile (16 lanes at a time with masked edges when the chain renders
+//     over __m512) and the value is stored once. Row reductions run on the item's finished
+//     rows while they are still in L2.
 // Gated regions interleave Wg and Wu per panel ([16 gate columns | 16 up columns]) so one
 // micro-kernel call yields both products of the same output columns.
 #include "codegen/c_renderer.hpp"
@@ -18,11 +21,20 @@ using codegen::c99_simd_dialect;
 std::string micro_kernel_source(int mr) {
   const std::string MR = std::to_string(mr);
   std::string s = "#define FUSOR_MR " + MR + "\n";
-  s += "static void fusor_ukr(int64_t kc, const float* restrict a, const float* restrict b, float* restrict c, int64_t "
-       "ldc) {\n";
+  // `cin` (may be `c` itself, or NULL for zero) seeds the accumulators: a K block after the
+  // first continues the sums in registers instead of merging partial tiles afterwards.
+  s += "static void fusor_ukr(int64_t kc, const float* restrict a, const float* restrict b, float* c, int64_t ldc, "
+       "const float* cin, int64_t ldin) {\n";
   for (int r = 0; r < mr; ++r)
     s += "  __m512 c" + std::to_string(r) + "_0 = _mm512_setzero_ps(), c" + std::to_string(r) +
          "_1 = _mm512_setzero_ps();\n";
+  s += "  if (cin) {\n";
+  for (int r = 0; r < mr; ++r) {
+    const std::string R = std::to_string(r);
+    s += "    c" + R + "_0 = _mm512_loadu_ps(cin + " + R + " * ldin); c" + R + "_1 = _mm512_loadu_ps(cin + " + R +
+         " * ldin + 16);\n";
+  }
+  s += "  }\n";
   s += "  #pragma GCC unroll 4\n";
   s += "  for (int64_t k = 0; k < kc; ++k) {\n";
   s += "    const __m512 b0 = _mm512_loadu_ps(b + k * 32), b1 = _mm512_loadu_ps(b + k * 32 + 16);\n";
@@ -58,123 +70,191 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
   if (plan.residual)
     s += "  const " + T + "* restrict res = (const " + T + "*)operands[" + std::to_string(next++) + "];\n";
   s += "  if (M == 0 || N == 0) return 0;\n";
-  // K blocks of at most `kc`, evenly sized: fewer blocks mean fewer partial-sum merges
+  // K blocks of at most `kc`, evenly sized: fewer blocks mean fewer partial-sum round trips
   // through `out`, and a micro-panel streamed from L2 costs the micro-kernel little.
   s += "  const int64_t KCM = " + std::to_string(tuning.kc) + ", MCT = " + std::to_string(tuning.mc) + ";\n";
   s += "  const int64_t KC = K <= KCM ? (K > 0 ? K : 1) : fusor_cdiv(K, fusor_cdiv(K, KCM));\n";
   s += "  const int64_t np = fusor_cdiv(N, " + CW + ");\n";
   s += "  const int64_t kcap = K < KC ? (K > 0 ? K : 1) : KC;\n";
-  s += "  float* restrict bp = (float*)fusor_alloc(sizeof(float) * (size_t)np * (size_t)kcap * 32);\n";
-  s += "  if (!bp) return 2;\n";
   if (gated) {
     // Partial sums of both products when K spans several blocks (out holds only one).
     s += "  float* restrict part = NULL;\n";
     s += "  if (K > KC) {\n    part = (float*)fusor_alloc(sizeof(float) * (size_t)M * (size_t)np * 32);\n";
-    s += "    if (!part) { free(bp); return 2; }\n  }\n";
+    s += "    if (!part) return 2;\n  }\n";
   }
   s += "  int failed = 0;\n";
   s += "  #pragma omp parallel\n  {\n";
   s += "    int nt = 1;\n#ifdef _OPENMP\n    nt = omp_get_num_threads();\n#endif\n";
-  // Row blocks: about MCT rows, a multiple of MR, at least one per thread when M allows;
-  // when there are fewer row blocks than threads the panels are split between them.
-  s += "    int64_t nib = fusor_cdiv(M, MCT);\n    if (nib < nt) nib = nt;\n";
+  // Work items are (row block, panel chunk). B is packed by the thread that uses it, a few
+  // panels at a time into a private buffer that stays in L2: a shared packed copy of all of
+  // B would go to memory and come back once per row block. So each thread should read as
+  // little of B as it can: when B is the larger operand (N >= M) the panels are split
+  // between threads (every thread reads all of the smaller A); otherwise the rows are, in
+  // row blocks of about MCT rows (a multiple of MR), a whole number per thread.
+  s += "    const int colsplit = N >= M && np >= nt;\n";
+  s += "    int64_t nib = fusor_cdiv(M, MCT);\n";
+  s += "    if (!colsplit) nib = fusor_cdiv(nib, nt) * nt;\n";
   s += "    const int64_t mc = fusor_cdiv(fusor_cdiv(M, nib), FUSOR_MR) * FUSOR_MR;\n";
   s += "    nib = fusor_cdiv(M, mc);\n";
-  s += "    const int64_t npc = nib >= nt ? 1 : fusor_cdiv(nt, nib), ppc = fusor_cdiv(np, npc);\n";
+  s += "    const int64_t npc = colsplit ? nt : 1, ppc = fusor_cdiv(np, npc);\n";
+  // Panels packed together: four rows of 128 contiguous bytes per k keep the reads of B
+  // sequential enough for the prefetcher while the block (kc x 128 floats) stays in L2.
+  s += "    const int64_t NBP = 4;\n";
   s += "    float* restrict ap = (float*)fusor_alloc(sizeof(float) * (size_t)mc * (size_t)kcap);\n";
+  s += "    float* restrict bp = (float*)fusor_alloc(sizeof(float) * (size_t)NBP * (size_t)kcap * 32);\n";
   s += "    float tile[FUSOR_MR * 32] __attribute__((aligned(64)));\n";
-  s += "    if (!ap) {\n      #pragma omp atomic write\n      failed = 1;\n    }\n";
-  s += "    for (int64_t pc = 0; pc == 0 || pc < K; pc += KC) {\n";
-  s += "      const int64_t kc = K - pc < KC ? K - pc : KC;\n";
-  s += "      const int first = pc == 0, last = pc + KC >= K;\n";
-  // ---- pack B
-  s += "      #pragma omp for schedule(static)\n";
-  s += "      for (int64_t p = 0; p < np; ++p) {\n";
-  s += "        float* restrict dst = bp + p * kc * 32;\n";
-  s += "        const int64_t c0 = p * " + CW + ", w = N - c0 < " + CW + " ? N - c0 : " + CW + ";\n";
-  if (gated) {
-    s += "        for (int64_t k = 0; k < kc; ++k) {\n          float* restrict dk = dst + k * 32;\n";
-    s += "          for (int64_t j = 0; j < w; ++j) {\n";
-    s += "            dk[j] = " + ld.load("B", "(pc + k) * N + c0 + j") + ";\n";
-    s += "            dk[16 + j] = " + ld.load("B2", "(pc + k) * N + c0 + j") + ";\n          }\n";
-    s += "          for (int64_t j = w; j < 16; ++j) dk[j] = dk[16 + j] = 0.0f;\n        }\n";
-  } else if (plan.b_trans) {
-    s += "        for (int64_t j = 0; j < w; ++j)\n          for (int64_t k = 0; k < kc; ++k) dst[k * 32 + j] = " +
-         ld.load("B", "(c0 + j) * K + pc + k") + ";\n";
-    s += "        for (int64_t k = 0; k < kc; ++k)\n          for (int64_t j = w; j < 32; ++j) dst[k * 32 + j] = "
-         "0.0f;\n";
-  } else {
-    s += "        for (int64_t k = 0; k < kc; ++k) {\n          float* restrict dk = dst + k * 32;\n";
-    s += "          const " + T + "* restrict src = B + (pc + k) * N + c0;\n";
-    s += "          for (int64_t j = 0; j < w; ++j) dk[j] = " + ld.load("src", "j") + ";\n";
-    s += "          for (int64_t j = w; j < 32; ++j) dk[j] = 0.0f;\n        }\n";
-  }
-  s += "      }\n";
-  // ---- row blocks
-  s += "      #pragma omp for schedule(static)\n";
-  s += "      for (int64_t item = 0; item < nib * npc; ++item) {\n";
-  s += "        if (!ap) continue;\n";
-  s += "        const int64_t i0 = (item / npc) * mc, mrows = M - i0 < mc ? M - i0 : mc;\n";
-  s += "        const int64_t p_lo = (item % npc) * ppc, p_hi = p_lo + ppc < np ? p_lo + ppc : np;\n";
-  s += "        const int64_t nq = fusor_cdiv(mrows, FUSOR_MR);\n";
-  s += "        if (p_lo >= p_hi) continue;\n";
-  // Pack A with the prologue applied once per element; rows past M are zero.
-  s += "        for (int64_t q = 0; q < nq; ++q)\n          for (int64_t r = 0; r < FUSOR_MR; ++r) {\n";
-  s += "            const int64_t i = i0 + q * FUSOR_MR + r;\n";
-  s += "            float* restrict dst = ap + q * kc * FUSOR_MR + r;\n";
-  s += "            if (i >= M) { for (int64_t k = 0; k < kc; ++k) dst[k * FUSOR_MR] = 0.0f; continue; }\n";
-  s += "            for (int64_t k = 0; k < kc; ++k) {\n";
-  s += "              float v = " + ld.load("A", plan.a_trans ? "(pc + k) * M + i" : "i * K + pc + k") + ";\n";
-  s += codegen::render_unary_chain(d, plan.prologue, "v", "", "              ");
-  s += "              dst[k * FUSOR_MR] = v;\n            }\n          }\n";
-  s += "        for (int64_t p = p_lo; p < p_hi; ++p)\n          for (int64_t q = 0; q < nq; ++q) {\n";
-  s += "            fusor_ukr(kc, ap + q * kc * FUSOR_MR, bp + p * kc * 32, tile, 32);\n";
-  s += "            const int64_t r0 = i0 + q * FUSOR_MR, c0 = p * " + CW + ";\n";
-  s += "            const int64_t rows = M - r0 < FUSOR_MR ? M - r0 : FUSOR_MR, cols = N - c0 < " + CW +
-       " ? N - c0 : " + CW + ";\n";
+  s += "    if (!ap || !bp) {\n      #pragma omp atomic write\n      failed = 1;\n    }\n";
+  s += "    #pragma omp for schedule(static)\n";
+  s += "    for (int64_t item = 0; item < nib * npc; ++item) {\n";
+  s += "      if (!ap || !bp) continue;\n";
+  s += "      const int64_t i0 = (item % nib) * mc, mrows = M - i0 < mc ? M - i0 : mc;\n";
+  s += "      const int64_t p_lo = (item / nib) * ppc, p_hi = p_lo + ppc < np ? p_lo + ppc : np;\n";
+  s += "      const int64_t nq = fusor_cdiv(mrows, FUSOR_MR);\n";
+  s += "      if (p_lo >= p_hi) continue;\n";
+  s += "      for (int64_t pc = 0; pc == 0 || pc < K; pc += KC) {\n";
+  s += "        const int64_t kc = K - pc < KC ? K - pc : KC;\n";
+  s += "        const int first = pc == 0, last = pc + KC >= K;\n";
+  // ---- pack A with the prologue applied once per element; rows past M are zero. The
+  // packed panel is written in order (k outer): MR interleaved strided write streams would
+  // each fetch the same lines from L2 again.
+  const std::string a_index = plan.a_trans ? "(pc + k) * M + i + r" : "(i + r) * K + pc + k";
+  s += "        for (int64_t q = 0; q < nq; ++q) {\n";
+  s += "          const int64_t i = i0 + q * FUSOR_MR, rows = M - i < FUSOR_MR ? M - i : FUSOR_MR;\n";
+  s += "          float* restrict dst = ap + q * kc * FUSOR_MR;\n";
+  s += "          for (int64_t k = 0; k < kc; ++k) {\n";
   s += "            for (int64_t r = 0; r < rows; ++r) {\n";
-  s += "              const float* restrict t = tile + r * 32;\n";
-  s += "              float* restrict o = out + (r0 + r) * N + c0;\n";
-  if (gated) {
-    s += "              float* restrict sp = part ? part + (r0 + r) * np * 32 + p * 32 : NULL;\n";
-    s += "              if (!last) {\n";
-    s += "                for (int64_t j = 0; j < 32; ++j) sp[j] = first ? t[j] : sp[j] + t[j];\n";
-    s += "                continue;\n              }\n";
-    s += "              #pragma omp simd\n";
-    s += "              for (int64_t j = 0; j < cols; ++j) {\n";
-    s += "                float v = first ? t[j] : t[j] + sp[j];\n";
-    s += "                const float u = first ? t[16 + j] : t[16 + j] + sp[16 + j];\n";
-    s += codegen::render_gemm_epilogue(d, plan.gate, {}, "", "", "                ");
-    s += "                o[j] = v;\n              }\n";
+  s += "              float v = " + ld.load("A", a_index) + ";\n";
+  s += codegen::render_unary_chain(d, plan.prologue, "v", "", "              ");
+  s += "              dst[k * FUSOR_MR + r] = v;\n            }\n";
+  s += "            for (int64_t r = rows; r < FUSOR_MR; ++r) dst[k * FUSOR_MR + r] = 0.0f;\n";
+  s += "          }\n        }\n";
+  s += "        for (int64_t pb = p_lo; pb < p_hi; pb += NBP) {\n";
+  s += "          const int64_t pn = p_hi - pb < NBP ? p_hi - pb : NBP;\n";
+  // ---- pack panels pb .. pb + pn of B (storage -> f32, layout; columns past N are zero).
+  if (plan.b_trans) {
+    s += "          for (int64_t pp = 0; pp < pn; ++pp) {\n";
+    s += "            float* restrict dst = bp + pp * kc * 32;\n";
+    s += "            const int64_t c0 = (pb + pp) * 32, w = N - c0 < 32 ? N - c0 : 32;\n";
+    s += "            for (int64_t j = 0; j < w; ++j)\n";
+    s += "              for (int64_t k = 0; k < kc; ++k) dst[k * 32 + j] = " + ld.load("B", "(c0 + j) * K + pc + k") +
+         ";\n";
+    s += "            for (int64_t k = 0; k < kc; ++k)\n";
+    s += "              for (int64_t j = w; j < 32; ++j) dst[k * 32 + j] = 0.0f;\n          }\n";
   } else {
-    s += "              if (!last) {\n";
-    s += "                if (first) for (int64_t j = 0; j < cols; ++j) o[j] = t[j];\n";
-    s += "                else for (int64_t j = 0; j < cols; ++j) o[j] += t[j];\n";
-    s += "                continue;\n              }\n";
-    s += "              #pragma omp simd\n";
-    s += "              for (int64_t j = 0; j < cols; ++j) {\n";
-    s += "                float v = first ? t[j] : t[j] + o[j];\n";
-    s +=
-        codegen::render_gemm_epilogue(d, std::nullopt, plan.epilogue, has_bias ? ld.load("bias", "c0 + j") : "",
-                                      plan.residual ? ld.load("res", "(r0 + r) * N + c0 + j") : "", "                ");
-    s += "                o[j] = v;\n              }\n";
+    // A [K, N] B is read row by row (k outer), each row's columns of the block in one run.
+    s += "          for (int64_t k = 0; k < kc; ++k) {\n";
+    s += "            const " + T + "* restrict src = B + (pc + k) * N;\n";
+    if (gated) s += "            const " + T + "* restrict src2 = B2 + (pc + k) * N;\n";
+    s += "            for (int64_t pp = 0; pp < pn; ++pp) {\n";
+    s += "              float* restrict dk = bp + pp * kc * 32 + k * 32;\n";
+    s += "              const int64_t c0 = (pb + pp) * " + CW + ", w = N - c0 < " + CW + " ? N - c0 : " + CW + ";\n";
+    // Full panels copy whole vectors (f32 spelled out: GCC turns the copy loop into a
+    // memcpy call per row); other storage converts with a constant trip count.
+    const bool f32 = T == "float";
+    if (gated) {
+      if (f32)
+        s += "              if (w == 16) {\n                _mm512_storeu_ps(dk, _mm512_loadu_ps(src + c0));\n"
+             "                _mm512_storeu_ps(dk + 16, _mm512_loadu_ps(src2 + c0));\n              }\n";
+      else {
+        s += "              if (w == 16)\n                for (int64_t j = 0; j < 16; ++j) {\n";
+        s += "                  dk[j] = " + ld.load("src", "c0 + j") + ";\n";
+        s += "                  dk[16 + j] = " + ld.load("src2", "c0 + j") + ";\n                }\n";
+      }
+      s += "              else {\n                for (int64_t j = 0; j < w; ++j) {\n";
+      s += "                  dk[j] = " + ld.load("src", "c0 + j") + ";\n";
+      s += "                  dk[16 + j] = " + ld.load("src2", "c0 + j") + ";\n                }\n";
+      s += "                for (int64_t j = w; j < 16; ++j) dk[j] = dk[16 + j] = 0.0f;\n              }\n";
+    } else {
+      if (f32)
+        s += "              if (w == 32) {\n                _mm512_storeu_ps(dk, _mm512_loadu_ps(src + c0));\n"
+             "                _mm512_storeu_ps(dk + 16, _mm512_loadu_ps(src + c0 + 16));\n              }\n";
+      else
+        s += "              if (w == 32)\n                for (int64_t j = 0; j < 32; ++j) dk[j] = " +
+             ld.load("src", "c0 + j") + ";\n";
+      s += "              else {\n                for (int64_t j = 0; j < w; ++j) dk[j] = " + ld.load("src", "c0 + j") +
+           ";\n";
+      s += "                for (int64_t j = w; j < 32; ++j) dk[j] = 0.0f;\n              }\n";
+    }
+    s += "            }\n          }\n";
   }
-  s += "            }\n          }\n";
+  // ---- every packed panel x A panel: the micro-kernel, then the merge or the epilogue.
+  s += "          for (int64_t p = pb; p < pb + pn; ++p)\n            for (int64_t q = 0; q < nq; ++q) {\n";
+  s += "              const int64_t r0 = i0 + q * FUSOR_MR, c0 = p * " + CW + ";\n";
+  s += "              const int64_t rows = M - r0 < FUSOR_MR ? M - r0 : FUSOR_MR, cols = N - c0 < " + CW +
+       " ? N - c0 : " + CW + ";\n";
+  // Partial sums of inner K blocks live in `acc` (out; for gated, `part`, whose panels are
+  // always 32 wide). Whole tiles continue them in registers; edge tiles merge through `tile`.
+  if (gated)
+    s += "              float* acc = part ? part + r0 * np * 32 + p * 32 : NULL;\n"
+         "              const int64_t lacc = np * 32, accw = 32;\n";
+  else
+    s += "              float* acc = out + r0 * N + c0;\n              const int64_t lacc = N, accw = cols;\n";
+  s += "              const float* ain = ap + q * kc * FUSOR_MR;\n";
+  s += "              const float* bin = bp + (p - pb) * kc * 32;\n";
+  s += "              if (rows == FUSOR_MR && accw == 32) {\n";
+  s += "                fusor_ukr(kc, ain, bin, last ? tile : acc, last ? 32 : lacc, first ? NULL : acc, lacc);\n";
+  s += "                if (!last) continue;\n              } else {\n";
+  s += "                fusor_ukr(kc, ain, bin, tile, 32, NULL, 0);\n";
+  s += "                for (int64_t r = 0; r < rows; ++r) {\n";
+  s += "                  float* restrict t = tile + r * 32;\n                  float* restrict a = acc + r * lacc;\n";
+  s += "                  if (last) {\n";
+  s += "                    if (!first) for (int64_t j = 0; j < accw; ++j) t[j] += a[j];\n";
+  s += "                  } else if (first) for (int64_t j = 0; j < accw; ++j) a[j] = t[j];\n";
+  s += "                  else for (int64_t j = 0; j < accw; ++j) a[j] += t[j];\n                }\n";
+  s += "                if (!last) continue;\n              }\n";
+  // The last K block: the tile holds the whole sums; the epilogue reads only L1. When every
+  // op renders over __m512 (and operands are f32) it runs 16 lanes at a time with
+  // fusor_expf16 and masked edges; otherwise the host compiler vectorises the float loop.
+  const auto& v16 = codegen::c99_avx512_dialect();
+  std::vector<Op> ops = plan.epilogue;
+  if (gated) ops.push_back(*plan.gate);
+  const bool vector_epilogue =
+      T == "float" && std::all_of(ops.begin(), ops.end(), [&](Op op) { return codegen::renders_in(v16, op); });
+  s += "              for (int64_t r = 0; r < rows; ++r) {\n";
+  s += "                const float* restrict t = tile + r * 32;\n";
+  s += "                float* restrict o = out + (r0 + r) * N + c0;\n";
+  if (vector_epilogue) {
+    s += "                for (int64_t j = 0; j < cols; j += 16) {\n";
+    s += "                  const __mmask16 m = cols - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (cols - j)) - "
+         "1u);\n";
+    s += "                  __m512 v = _mm512_load_ps(t + j);\n";
+  } else {
+    s += "                #pragma omp simd\n";
+    s += "                for (int64_t j = 0; j < cols; ++j) {\n";
+    s += "                  float v = t[j];\n";
+  }
+  const auto& ed = vector_epilogue ? v16 : d;
+  if (gated) {
+    s += vector_epilogue ? "                  const __m512 u = _mm512_load_ps(t + 16 + j);\n"
+                         : "                  const float u = t[16 + j];\n";
+    s += codegen::render_gemm_epilogue(ed, plan.gate, {}, "", "", "                  ");
+  } else {
+    const std::string bias_load = !has_bias         ? ""
+                                  : vector_epilogue ? "_mm512_maskz_loadu_ps(m, bias + c0 + j)"
+                                                    : ld.load("bias", "c0 + j");
+    const std::string res_load = !plan.residual    ? ""
+                                 : vector_epilogue ? "_mm512_maskz_loadu_ps(m, res + (r0 + r) * N + c0 + j)"
+                                                   : ld.load("res", "(r0 + r) * N + c0 + j");
+    s += codegen::render_gemm_epilogue(ed, std::nullopt, plan.epilogue, bias_load, res_load, "                  ");
+  }
+  s += vector_epilogue ? "                  _mm512_mask_storeu_ps(o + j, m, v);\n" : "                  o[j] = v;\n";
+  s += "                }\n              }\n            }\n";
+  s += "        }\n      }\n";
   if (plan.reduction) {
-    // The block's rows are final once its last K block is merged (all panels are this item's).
-    s += "        if (last && npc == 1)\n          for (int64_t i = i0; i < i0 + mrows; ++i) {\n";
-    s += "            float* row = out + i * N;\n";
-    s += row_norm_simd(*plan.reduction, "row", "row", "N", codegen::float_literal(plan.eps), "", "", "            ");
-    s += "          }\n";
+    // The block's rows are final after its last K block when all panels are this item's.
+    s += "      if (npc == 1)\n        for (int64_t i = i0; i < i0 + mrows; ++i) {\n";
+    s += "          float* row = out + i * N;\n";
+    s += row_norm_simd(*plan.reduction, "row", "row", "N", codegen::float_literal(plan.eps), "", "", "          ");
+    s += "        }\n";
   }
-  s += "      }\n    }\n";
+  s += "    }\n";
   if (plan.reduction) {
     s += "    if (npc > 1) {\n      #pragma omp for schedule(static)\n";
     s += "      for (int64_t i = 0; i < M; ++i) {\n        float* row = out + i * N;\n";
     s += row_norm_simd(*plan.reduction, "row", "row", "N", codegen::float_literal(plan.eps), "", "", "        ");
     s += "      }\n    }\n";
   }
-  s += "    free(ap);\n  }\n  free(bp);\n";
+  s += "    free(ap);\n    free(bp);\n  }\n";
   if (gated) s += "  free(part);\n";
   s += "  return failed ? 2 : 0;\n";
   return s;

@@ -98,14 +98,18 @@ std::string row_norm_simd(RowNorm norm, const std::string& src, const std::strin
   return s;
 }
 
-// Rows are software-pipelined per thread: the pass that writes row i's output also reads row
-// i+1 (plus its residual) and accumulates the statistic that needs no centre yet (the mean's
-// sum; rmsnorm's whole sum of squares, its centre being zero). Memory then sees one read and
-// one write stream at all times, as a copy does, and only L1-resident passes remain between.
+// Rows read in place are software-pipelined per thread: the pass that writes row i's output
+// also reads row i+1 and accumulates the statistic that needs no centre yet (the mean's sum;
+// rmsnorm's whole sum of squares, its centre being zero). Memory then sees one read and one
+// write stream at all times, as a copy does, and only L1-resident passes remain between.
+// Rows with a residual are staged (x + residual, with that statistic) into a one-row buffer
+// and finished from it instead: pipelining them measured 0.6x copy bandwidth, against 0.87x
+// staged, as two staging rows, gamma and three streams overflow L1.
 std::string norm_chain_body(const NormChainRegion& r) {
   const auto& d = c99_simd_dialect();
   const RowNormInfo& info = row_norm_info(r.norm());
   const bool staged = r.add_residual(); // x + residual is staged in L1; otherwise rows are read in place
+  const bool pipelined = !staged;
   const std::string eps = codegen::float_literal(r.eps());
   std::string s;
   int next = 0;
@@ -121,7 +125,7 @@ std::string norm_chain_body(const NormChainRegion& r) {
   s += "    const int64_t r_lo = rows / nt_ * id_ + (id_ < rows % nt_ ? id_ : rows % nt_);\n";
   s += "    const int64_t r_hi = r_lo + rows / nt_ + (id_ < rows % nt_ ? 1 : 0);\n";
   if (staged) {
-    s += "    float* restrict tb = (float*)fusor_alloc(sizeof(float) * 2 * (size_t)row_len);\n";
+    s += "    float* restrict tb = (float*)fusor_alloc(sizeof(float) * (size_t)row_len);\n";
     s += "    if (!tb) {\n      #pragma omp atomic write\n      failed = 1;\n    }\n";
     s += "    if (tb && r_lo < r_hi) {\n";
   } else {
@@ -142,24 +146,32 @@ std::string norm_chain_body(const NormChainRegion& r) {
            "; }\n";
     return e;
   };
+  const std::string sum_pragma = early_sum ? "#pragma omp simd reduction(+:e_)\n" : "#pragma omp simd\n";
   s += "      float e_ = 0.0f;\n";
-  s += "      {\n        const float* restrict xs = x + r_lo * row_len;\n";
-  if (staged) s += "        const float* restrict rs = res + r_lo * row_len;\n        float* restrict ts = tb;\n";
-  s += early_sum ? "        #pragma omp simd reduction(+:e_)\n" : "        #pragma omp simd\n";
-  s += "        for (int64_t j_ = 0; j_ < row_len; ++j_) {\n";
-  s += stage_element("xs", "rs", "ts", "          ");
-  s += "        }\n      }\n";
-  s += "      for (int64_t row = r_lo; row < r_hi; ++row) {\n";
-  // The last row stages itself again (into the other buffer / a re-read): harmless, in L1.
-  s += "        const int64_t rn = row + 1 < r_hi ? row + 1 : row;\n";
-  if (staged) {
-    s += "        const float* restrict t = tb + ((row - r_lo) & 1) * row_len;\n";
-    s += "        float* restrict tn = tb + ((row - r_lo + 1) & 1) * row_len;\n";
-    s += "        const float* restrict rnr = res + rn * row_len;\n";
-  } else {
-    s += "        const float* restrict t = x + row * row_len;\n";
+  if (pipelined) {
+    s += "      {\n        const float* restrict xs = x + r_lo * row_len;\n";
+    s += "        " + sum_pragma;
+    s += "        for (int64_t j_ = 0; j_ < row_len; ++j_) {\n";
+    s += stage_element("xs", "", "", "          ");
+    s += "        }\n      }\n";
   }
-  s += "        const float* restrict xn = x + rn * row_len;\n";
+  s += "      for (int64_t row = r_lo; row < r_hi; ++row) {\n";
+  if (pipelined) {
+    // The last row reads itself again: harmless, in L1.
+    s += "        const int64_t rn = row + 1 < r_hi ? row + 1 : row;\n";
+    s += "        const float* restrict t = x + row * row_len;\n";
+    s += "        const float* restrict xn = x + rn * row_len;\n";
+  } else {
+    s += "        const float* restrict xs = x + row * row_len;\n";
+    s += "        const float* restrict rs = res + row * row_len;\n";
+    s += "        float* restrict ts = tb;\n";
+    s += "        e_ = 0.0f;\n";
+    s += "        " + sum_pragma;
+    s += "        for (int64_t j_ = 0; j_ < row_len; ++j_) {\n";
+    s += stage_element("xs", "rs", "ts", "          ");
+    s += "        }\n";
+    s += "        const float* restrict t = tb;\n";
+  }
   s += "        float* restrict o = out + row * row_len;\n";
   s += "        float c_ = 0.0f, s_ = 0.0f;\n";
   if (info.centre == RowCentre::mean) {
@@ -173,12 +185,14 @@ std::string norm_chain_body(const NormChainRegion& r) {
     s += split_sum("s_", "row_len", "        ",
                    [&](const std::string& idx, int k) { return accumulate_term(r.norm(), "t", idx, k); });
   s += "        const float r_ = " + codegen::render_row_norm_factor(d, r.norm(), "s_", "(float)row_len", eps) + ";\n";
-  s += "        e_ = 0.0f;\n";
-  s += early_sum ? "        #pragma omp simd reduction(+:e_)\n" : "        #pragma omp simd\n";
+  if (pipelined)
+    s += "        e_ = 0.0f;\n        " + sum_pragma;
+  else
+    s += "        #pragma omp simd\n";
   s += "        for (int64_t j_ = 0; j_ < row_len; ++j_) {\n";
   s += output_value(r.norm(), "t", r.weight() ? "gamma" : "", r.bias() ? "beta" : "", "          ");
   s += "          o[j_] = v_;\n";
-  s += stage_element("xn", "rnr", "tn", "          ");
+  if (pipelined) s += stage_element("xn", "", "", "          ");
   s += "        }\n      }\n    }\n";
   if (staged) s += "    free(tb);\n";
   s += "  }\n  return failed ? 2 : 0;\n";

@@ -236,6 +236,14 @@ TEST(X86Simd, GemmEpilogueVectorPathAndFallback) {
   EXPECT_NE(source("gated { gate_act = silu }").find(vector_store), std::string::npos);
   EXPECT_EQ(source("fused { epilogue = [bias, relu] }").find(vector_store), std::string::npos);
   EXPECT_EQ(source("fused { epilogue = [bias, gelu]; storage = f16 }").find(vector_store), std::string::npos);
+  // A is packed 16 k at a time through a register transpose when f32, row-major and the
+  // prologue renders over __m512 (whole 14-row panels; tails and partial panels scalar).
+  const std::string silu_prologue = "fused { prologue = [silu]; epilogue = [bias] }";
+  EXPECT_NE(source(silu_prologue).find("fusor_transpose16(t_)"), std::string::npos);
+  EXPECT_EQ(
+      source("fused { prologue = [relu]; epilogue = [bias]; a_layout = col_major }").find("fusor_transpose16(t_)"),
+      std::string::npos);
+  for (auto k : {16, 70}) expect_matches_reference(region_of(silu_prologue), gemm(33, 40, k), 15, 0.5);
   // Sums of large magnitude: GELU is x itself above and ~0 below (the exponent is held
   // above -80, where a subnormal e^x would cost a microcode assist per vector).
   expect_matches_reference(region_of("fused { epilogue = [bias, gelu] }"), gemm(33, 70, 40), 14, 20.0);

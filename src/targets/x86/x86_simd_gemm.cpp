@@ -52,6 +52,24 @@ std::string micro_kernel_source(int mr) {
          "_1);\n";
   }
   s += "}\n\n";
+  // 16 x 16 transpose in registers: 32-bit interleaves, 64-bit shuffles within 128-bit
+  // lanes, then two rounds of 128-bit lane shuffles; r[c] ends holding column c.
+  s += "static inline void fusor_transpose16(__m512* r) {\n  __m512 t[16];\n";
+  s += "  for (int i = 0; i < 16; i += 2) {\n";
+  s += "    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);\n    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);\n  }\n";
+  s += "  for (int i = 0; i < 16; i += 4) {\n";
+  s += "    r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);\n";
+  s += "    r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);\n";
+  s += "    r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);\n";
+  s += "    r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);\n  }\n";
+  s += "  for (int i = 0; i < 4; ++i) {\n";
+  s += "    t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);\n";
+  s += "    t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xDD);\n";
+  s += "    t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);\n";
+  s += "    t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xDD);\n  }\n";
+  s += "  for (int i = 0; i < 8; ++i) {\n";
+  s += "    r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);\n";
+  s += "    r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xDD);\n  }\n}\n\n";
   return s;
 }
 
@@ -61,6 +79,7 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
   const bool gated = plan.gate.has_value();
   const bool has_bias = std::find(plan.epilogue.begin(), plan.epilogue.end(), Op::bias) != plan.epilogue.end();
   const std::string CW = gated ? "16" : "32"; // output columns per packed panel
+  const auto& v16 = codegen::c99_avx512_dialect();
   std::string s;
   s += "  const " + T + "* restrict A = (const " + T + "*)operands[0];\n";
   s += "  const " + T + "* restrict B = (const " + T + "*)operands[1];\n";
@@ -121,7 +140,28 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
   s += "        for (int64_t q = 0; q < nq; ++q) {\n";
   s += "          const int64_t i = i0 + q * FUSOR_MR, rows = M - i < FUSOR_MR ? M - i : FUSOR_MR;\n";
   s += "          float* restrict dst = ap + q * kc * FUSOR_MR;\n";
-  s += "          for (int64_t k = 0; k < kc; ++k) {\n";
+  s += "          int64_t k0 = 0;\n";
+  // f32 rows of a whole panel go 16 k at a time through a register transpose (a quarter of
+  // a shuffle per element, against a load and a store each in the scalar loop).
+  const bool vector_prologue =
+      std::all_of(plan.prologue.begin(), plan.prologue.end(), [&](Op op) { return codegen::renders_in(v16, op); });
+  if (T == "float" && !plan.a_trans && vector_prologue) {
+    s += "          if (rows == FUSOR_MR)\n            for (; k0 + 16 <= kc; k0 += 16) {\n";
+    s += "              __m512 t_[16];\n              #pragma GCC unroll 16\n";
+    s += "              for (int r = 0; r < 16; ++r)\n";
+    s += "                t_[r] = r < FUSOR_MR ? _mm512_loadu_ps(A + (i + r) * K + pc + k0) : _mm512_setzero_ps();\n";
+    if (!plan.prologue.empty()) {
+      s += "              for (int r = 0; r < FUSOR_MR; ++r) {\n                __m512 v = t_[r];\n";
+      s += codegen::render_unary_chain(v16, plan.prologue, "v", "", "                ");
+      s += "                t_[r] = v;\n              }\n";
+    }
+    s += "              fusor_transpose16(t_);\n              #pragma GCC unroll 16\n";
+    s += "              for (int c = 0; c < 16; ++c)\n";
+    s += "                _mm512_mask_storeu_ps(dst + (k0 + c) * FUSOR_MR, (__mmask16)((1u << FUSOR_MR) - 1u), "
+         "t_[c]);\n";
+    s += "            }\n";
+  }
+  s += "          for (int64_t k = k0; k < kc; ++k) {\n";
   s += "            for (int64_t r = 0; r < rows; ++r) {\n";
   s += "              float v = " + ld.load("A", a_index) + ";\n";
   s += codegen::render_unary_chain(d, plan.prologue, "v", "", "              ");
@@ -205,7 +245,6 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
   // The last K block: the tile holds the whole sums; the epilogue reads only L1. When every
   // op renders over __m512 (and operands are f32) it runs 16 lanes at a time with
   // fusor_expf16 and masked edges; otherwise the host compiler vectorises the float loop.
-  const auto& v16 = codegen::c99_avx512_dialect();
   std::vector<Op> ops = plan.epilogue;
   if (gated) ops.push_back(*plan.gate);
   const bool vector_epilogue =

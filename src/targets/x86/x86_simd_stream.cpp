@@ -1,7 +1,7 @@
 // Streaming kinds for the AVX-512 lane: norm chains, pointwise DAGs and pointwise
 // reductions as `omp simd` loops over the op table's expressions in the SIMD dialect.
-// Norm rows are software-pipelined (norm_chain_body says how) so memory sees one read of
-// each input and one write of the output, overlapped; reductions keep 16 lane accumulators
+// Norm rows are software-pipelined or staged (norm_chain_body says which and why) so memory
+// sees one read of each input and one write of the output; reductions keep 16 lane accumulators
 // so NaN-propagating combines (amax/amin) vectorise without changing their semantics.
 #include <functional>
 

@@ -147,13 +147,15 @@ std::string norm_chain_body(const NormChainRegion& r) {
     return e;
   };
   const std::string sum_pragma = early_sum ? "#pragma omp simd reduction(+:e_)\n" : "#pragma omp simd\n";
+  // One pass over a row: read (and stage) it, accumulating into e_.
+  auto stage_loop = [&](const std::string& rrow, const std::string& trow, const std::string& in) {
+    return in + sum_pragma + in + "for (int64_t j_ = 0; j_ < row_len; ++j_) {\n" +
+           stage_element("xs", rrow, trow, in + "  ") + in + "}\n";
+  };
   s += "      float e_ = 0.0f;\n";
   if (pipelined) {
     s += "      {\n        const float* restrict xs = x + r_lo * row_len;\n";
-    s += "        " + sum_pragma;
-    s += "        for (int64_t j_ = 0; j_ < row_len; ++j_) {\n";
-    s += stage_element("xs", "", "", "          ");
-    s += "        }\n      }\n";
+    s += stage_loop("", "", "        ") + "      }\n";
   }
   s += "      for (int64_t row = r_lo; row < r_hi; ++row) {\n";
   if (pipelined) {
@@ -166,10 +168,7 @@ std::string norm_chain_body(const NormChainRegion& r) {
     s += "        const float* restrict rs = res + row * row_len;\n";
     s += "        float* restrict ts = tb;\n";
     s += "        e_ = 0.0f;\n";
-    s += "        " + sum_pragma;
-    s += "        for (int64_t j_ = 0; j_ < row_len; ++j_) {\n";
-    s += stage_element("xs", "rs", "ts", "          ");
-    s += "        }\n";
+    s += stage_loop("rs", "ts", "        ");
     s += "        const float* restrict t = tb;\n";
   }
   s += "        float* restrict o = out + row * row_len;\n";

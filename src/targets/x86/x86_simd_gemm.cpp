@@ -110,7 +110,7 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
   // little of B as it can: when B is the larger operand (N >= M) the panels are split
   // between threads (every thread reads all of the smaller A); otherwise the rows are, in
   // row blocks of about MCT rows (a multiple of MR), a whole number per thread.
-  s += "    const int colsplit = N >= M && np >= nt;\n";
+  s += "    const int colsplit = N > M && np >= nt;\n";
   // The packed A block (rows x KC floats) is held to 1 MiB so it shares L2 with B's block.
   s += "    const int64_t mct = MCT * KC <= 262144 ? MCT : (262144 / KC > FUSOR_MR ? 262144 / KC : FUSOR_MR);\n";
   s += "    int64_t nib = fusor_cdiv(M, mct);\n";

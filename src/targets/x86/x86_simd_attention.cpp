@@ -194,13 +194,16 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   s += "          float* restrict srow = sp + rr * NB;\n";
   // Scaled scores and their max over visible keys; vmaxps returns its second operand when
   // either is NaN, so a NaN score never becomes the max (as the scalar renderer's comparison).
+  // Masks of the visible keys among the 32 at j (lim of them are visible from 0).
+  const std::string key_masks =
+      "            const int64_t rem = lim - j;\n"
+      "            const __mmask16 k0 = rem >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << rem) - 1u);\n"
+      "            const __mmask16 k1 = rem >= 32 ? (__mmask16)0xFFFF : (rem > 16 ? (__mmask16)((1u << (rem - 16)) - "
+      "1u) : (__mmask16)0);\n";
   s += "          const __m512 vs = _mm512_set1_ps(scale), ninf = _mm512_set1_ps(-INFINITY);\n";
   s += "          __m512 mx0 = ninf, mx1 = ninf;\n";
   s += "          for (int64_t j = 0; j < np; j += 32) {\n";
-  s += "            const int64_t rem = lim - j;\n";
-  s += "            const __mmask16 k0 = rem >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << rem) - 1u);\n";
-  s += "            const __mmask16 k1 = rem >= 32 ? (__mmask16)0xFFFF : (rem > 16 ? (__mmask16)((1u << (rem - 16)) - "
-       "1u) : (__mmask16)0);\n";
+  s += key_masks;
   s += "            const __m512 s0 = _mm512_mul_ps(vs, _mm512_loadu_ps(srow + j));\n";
   s += "            const __m512 s1 = _mm512_mul_ps(vs, _mm512_loadu_ps(srow + j + 16));\n";
   s += "            _mm512_storeu_ps(srow + j, s0);\n            _mm512_storeu_ps(srow + j + 16, s1);\n";
@@ -217,10 +220,7 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   s += "          const __m512 vmn = _mm512_set1_ps(mn);\n";
   s += "          __m512 ls0 = _mm512_setzero_ps(), ls1 = _mm512_setzero_ps();\n";
   s += "          for (int64_t j = 0; j < np; j += 32) {\n";
-  s += "            const int64_t rem = lim - j;\n";
-  s += "            const __mmask16 k0 = rem >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << rem) - 1u);\n";
-  s += "            const __mmask16 k1 = rem >= 32 ? (__mmask16)0xFFFF : (rem > 16 ? (__mmask16)((1u << (rem - 16)) - "
-       "1u) : (__mmask16)0);\n";
+  s += key_masks;
   s += "            const __m512 d0 = _mm512_sub_ps(_mm512_loadu_ps(srow + j), vmn);\n";
   s += "            const __m512 d1 = _mm512_sub_ps(_mm512_loadu_ps(srow + j + 16), vmn);\n";
   s += "            const __m512 e0 = _mm512_maskz_mov_ps(k0, " +

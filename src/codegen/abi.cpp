@@ -3,6 +3,8 @@
 #include <cstring>
 #include <limits>
 
+#include "fusor/region_text.hpp"
+
 namespace fusor::codegen {
 
 std::vector<std::string_view> abi_dim_names(RegionKind kind) {
@@ -148,6 +150,23 @@ std::string shape_key(RegionKind kind, SpecPolicy policy, const std::optional<Pr
     if (policy == SpecPolicy::bucket && dims) key += "<=" + std::to_string(dim_bucket(values[i]));
   }
   return key;
+}
+
+KernelSource kernel_source(const Region& region, const EmitOptions& options, std::string source, std::string lang,
+                           std::string target, std::string lane, std::string shape_key) {
+  KernelSource src;
+  src.source = std::move(source);
+  src.entry = "fusor_kernel";
+  src.lang = std::move(lang);
+  src.spec = options.spec;
+  src.shape_key = std::move(shape_key);
+  src.spec_dims = spec_dims(region_kind(region), options);
+  src.layouts = layouts_of(region);
+  src.dtype = region_storage(region);
+  src.target = std::move(target);
+  src.lane = std::move(lane);
+  src.region_text = print_region(region);
+  return src;
 }
 
 } // namespace fusor::codegen

@@ -54,6 +54,11 @@ std::vector<std::int64_t> spec_dims(RegionKind kind, const EmitOptions& options)
 // "a=row_major,b=col_major", "q=natural,k=transposed", or "row_major".
 std::string layouts_of(const Region& region);
 
+// The KernelSource of an emit: entry `fusor_kernel`, the options' spec and dims, the
+// region's layouts, storage dtype and canonical text, and the given names.
+KernelSource kernel_source(const Region& region, const EmitOptions& options, std::string source, std::string lang,
+                           std::string target, std::string lane, std::string shape_key);
+
 // "dynamic:M,N,K", "bucket:M<=8,N<=16,K<=16" or "static:M=8,N=16,K=12".
 std::string shape_key(RegionKind kind, SpecPolicy policy, const std::optional<ProblemShape>& dims);
 

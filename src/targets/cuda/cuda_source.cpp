@@ -105,20 +105,7 @@ std::string load_expr(DType dtype, const std::string& ptr, const std::string& id
 
 KernelSource make_source(const Region& region, const EmitOptions& options, std::string source, std::string lane,
                          const std::string& shape_key) {
-  const RegionKind kind = region_kind(region);
-  KernelSource src;
-  src.source = std::move(source);
-  src.entry = "fusor_kernel";
-  src.lang = "cuda";
-  src.spec = options.spec;
-  src.shape_key = shape_key;
-  src.spec_dims = codegen::spec_dims(kind, options);
-  src.layouts = codegen::layouts_of(region);
-  src.dtype = region_storage(region);
-  src.target = "cuda";
-  src.lane = std::move(lane);
-  src.region_text = print_region(region);
-  return src;
+  return codegen::kernel_source(region, options, std::move(source), "cuda", "cuda", std::move(lane), shape_key);
 }
 
 } // namespace fusor::cuda

@@ -322,20 +322,10 @@ Expected<KernelSource> emit(const Region& region, const EmitOptions& options) {
     body = emit_norm_chain_body(*n);
   }
   const bool pointwise_kind = kind == RegionKind::pointwise || kind == RegionKind::pointwise_reduce;
-  KernelSource src;
-  src.source =
-      pro.head + (pointwise_kind ? pointwise_helpers() : "") + entry_signature() + " {\n" + pro.dims + body + "}\n";
-  src.entry = "fusor_kernel";
-  src.lang = "c";
-  src.spec = options.spec;
-  src.shape_key = key;
-  src.spec_dims = codegen::spec_dims(kind, options);
-  src.layouts = codegen::layouts_of(region);
-  src.dtype = region_storage(region);
-  src.target = "x86";
-  src.lane = std::string(lane_tag());
-  src.region_text = print_region(region);
-  return src;
+  return codegen::kernel_source(region, options,
+                                pro.head + (pointwise_kind ? pointwise_helpers() : "") + entry_signature() + " {\n" +
+                                    pro.dims + body + "}\n",
+                                "c", "x86", std::string(lane_tag()), key);
 }
 
 } // namespace fusor::x86

@@ -141,18 +141,11 @@ int fusor_kernel(const void* const* operands, float* out, const int64_t* dims) {
   return ok ? 0 : 2;
 }
 )";
-  KernelSource src;
-  src.source = std::move(s);
-  src.entry = "fusor_kernel";
-  src.lang = "c";
-  src.spec = SpecPolicy::dynamic;
-  src.shape_key = codegen::shape_key(RegionKind::fused, SpecPolicy::dynamic, std::nullopt);
+  // One dynamic f32 kernel serves every shape (oneDNN picks its own implementation).
+  KernelSource src = codegen::kernel_source(region, EmitOptions{}, std::move(s), "c", "x86", std::string(kOneDnnLane),
+                                            codegen::shape_key(RegionKind::fused, SpecPolicy::dynamic, std::nullopt));
   src.link_libs = {"dnnl"};
-  src.layouts = codegen::layouts_of(region);
   src.dtype = DType::f32;
-  src.target = "x86";
-  src.lane = std::string(kOneDnnLane);
-  src.region_text = print_region(region);
   return src;
 }
 

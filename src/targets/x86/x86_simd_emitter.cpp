@@ -142,20 +142,12 @@ Expected<KernelSource> emit_simd(const Region& region, const EmitOptions& option
   if (kind == RegionKind::attention) head += simd::attention_pv_source(tuning);
   if (kind == RegionKind::pointwise || kind == RegionKind::pointwise_reduce) head += simd::pointwise_helpers();
 
-  KernelSource src;
-  src.source = head + "int fusor_kernel(const void* const* operands, float* restrict out, const int64_t* dims) {\n" +
-               dims_prologue(region, options) + body + "}\n";
-  src.entry = "fusor_kernel";
-  src.lang = "c";
-  src.spec = options.spec;
-  src.shape_key = key;
-  src.spec_dims = codegen::spec_dims(kind, options);
-  src.layouts = codegen::layouts_of(region);
-  src.dtype = region_storage(region);
-  src.target = "x86";
-  src.lane = std::string(kAvx512Lane);
-  src.region_text = print_region(region);
-  return src;
+  return codegen::kernel_source(region, options,
+                                head +
+                                    "int fusor_kernel(const void* const* operands, float* restrict out, const "
+                                    "int64_t* dims) {\n" +
+                                    dims_prologue(region, options) + body + "}\n",
+                                "c", "x86", std::string(kAvx512Lane), key);
 }
 
 } // namespace fusor::x86

@@ -177,6 +177,18 @@ struct Result {
   std::string peer_note;
 };
 
+// The oracle's error on the bench inputs, over the output's first `rows` rows: the operands
+// listed in `row_operands` are cut to their first rows (rows are independent; the double
+// reference of a 2048^3 GEMM in full would take seconds).
+void measure_error(Result& r, const Region& region, const std::vector<Tensor>& operands,
+                   const std::vector<size_t>& row_operands, std::int64_t rows, const Kernel& k) {
+  std::vector<Tensor> sub = operands;
+  for (size_t i : row_operands) sub[i] = leading_rows(operands[i], rows);
+  const Tensor ref = must(evaluate_reference(region, sub), "reference");
+  r.err = max_abs_err(k.out.data.data(), ref);
+  r.err_note = "first " + std::to_string(rows) + " rows";
+}
+
 struct Options {
   std::string suite, filter, save;
   bool json_lines = false;
@@ -226,14 +238,8 @@ Result bench_fused(const std::string& name, std::int64_t M, std::int64_t N, std:
   r.work = 2.0 * M * N * K;
   r.verified = k.verified;
   k.call();
-  // The oracle's error on the bench inputs: the reference on the first rows (rows of a
-  // fused GEMM are independent; the double reference at 2048^3 in full would take seconds).
-  const std::int64_t rows = std::min<std::int64_t>(M, 64);
-  std::vector<Tensor> sub{leading_rows(operands[0], rows), operands[1], operands[2]};
-  if (residual) sub.push_back(leading_rows(operands[3], rows));
-  const Tensor ref = must(evaluate_reference(region, sub), "reference");
-  r.err = max_abs_err(k.out.data.data(), ref);
-  r.err_note = "first " + std::to_string(rows) + " rows";
+  measure_error(r, region, operands, residual ? std::vector<size_t>{0, 3} : std::vector<size_t>{0},
+                std::min<std::int64_t>(M, 64), k);
 
   std::vector<std::function<void()>> fns{[&] { k.call(); }};
   std::vector<std::string> names;
@@ -303,12 +309,7 @@ Result bench_gated(std::int64_t M, std::int64_t K, std::int64_t H, const Options
   r.work = 4.0 * M * H * K;
   r.verified = k.verified;
   k.call();
-  const std::int64_t rows = std::min<std::int64_t>(M, 64);
-  const Tensor ref =
-      must(evaluate_reference(region, std::vector<Tensor>{leading_rows(operands[0], rows), operands[1], operands[2]}),
-           "reference");
-  r.err = max_abs_err(k.out.data.data(), ref);
-  r.err_note = "first " + std::to_string(rows) + " rows";
+  measure_error(r, region, operands, {0}, std::min<std::int64_t>(M, 64), k);
   std::vector<std::function<void()>> fns{[&] { k.call(); }};
   std::vector<std::string> names;
   const float* A = operands[0].data.data();
@@ -462,13 +463,10 @@ Result bench_norm(const std::string& norm, std::int64_t rows, std::int64_t len, 
   r.work = 4.0 * (n * (rms ? 3 : 2) + len * (rms ? 1 : 2)); // bytes read + written
   r.verified = k.verified;
   k.call();
-  const std::int64_t rr = 64;
-  std::vector<Tensor> sub{leading_rows(operands[0], rr)};
-  for (size_t i = 1; i < operands.size(); ++i)
-    sub.push_back(operands[i].shape.size() == 2 ? leading_rows(operands[i], rr) : operands[i]);
-  const Tensor ref = must(evaluate_reference(region, sub), "reference");
-  r.err = max_abs_err(k.out.data.data(), ref);
-  r.err_note = "first 64 rows";
+  std::vector<size_t> row_operands; // x and the residual; gamma and beta are per feature
+  for (size_t i = 0; i < operands.size(); ++i)
+    if (operands[i].shape.size() == 2) row_operands.push_back(i);
+  measure_error(r, region, operands, row_operands, 64, k);
   // STREAM-style copy of one [rows, len] f32 array: the bandwidth roofline's measure.
   std::vector<float> src(operands[0].data), dst(src.size());
   const std::int64_t total = rows * len;

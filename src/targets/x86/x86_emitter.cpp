@@ -264,11 +264,7 @@ std::string emit_pointwise_reduce_body(const PointwiseReduceRegion& r) {
 std::string emit_norm_chain_body(const NormChainRegion& r) {
   const auto& d = c99_dialect();
   std::string s;
-  int next = 0;
-  s += "  const float* restrict x = (const float*)operands[" + std::to_string(next++) + "];\n";
-  if (r.add_residual()) s += "  const float* restrict res = (const float*)operands[" + std::to_string(next++) + "];\n";
-  if (r.weight()) s += "  const float* restrict gamma = (const float*)operands[" + std::to_string(next++) + "];\n";
-  if (r.bias()) s += "  const float* restrict beta = (const float*)operands[" + std::to_string(next++) + "];\n";
+  s += norm_chain_operand_decls(r);
   s += "  #pragma omp parallel for schedule(static)\n";
   s += "  for (int64_t row = 0; row < rows; ++row) {\n";
   s += "    float* restrict o = out + row * row_len;\n";
@@ -326,6 +322,16 @@ Expected<KernelSource> emit(const Region& region, const EmitOptions& options) {
                                 pro.head + (pointwise_kind ? pointwise_helpers() : "") + entry_signature() + " {\n" +
                                     pro.dims + body + "}\n",
                                 "c", "x86", std::string(lane_tag()), key);
+}
+
+std::string norm_chain_operand_decls(const NormChainRegion& r) {
+  std::string s;
+  int next = 0;
+  s += "  const float* restrict x = (const float*)operands[" + std::to_string(next++) + "];\n";
+  if (r.add_residual()) s += "  const float* restrict res = (const float*)operands[" + std::to_string(next++) + "];\n";
+  if (r.weight()) s += "  const float* restrict gamma = (const float*)operands[" + std::to_string(next++) + "];\n";
+  if (r.bias()) s += "  const float* restrict beta = (const float*)operands[" + std::to_string(next++) + "];\n";
+  return s;
 }
 
 } // namespace fusor::x86

@@ -14,4 +14,8 @@ std::string_view lane_tag();
 
 Expected<KernelSource> emit(const Region& region, const EmitOptions& options);
 
+// C declarations of a norm chain's f32 operand pointers, in ABI order: x, then res, gamma,
+// beta as the region has them (shared with the AVX-512 lane).
+std::string norm_chain_operand_decls(const NormChainRegion& r);
+
 } // namespace fusor::x86

@@ -7,6 +7,7 @@
 
 #include "codegen/c_renderer.hpp"
 #include "targets/x86/x86_broadcast.hpp"
+#include "targets/x86/x86_emitter.hpp"
 #include "targets/x86/x86_simd_common.hpp"
 
 namespace fusor::x86::simd {
@@ -112,11 +113,7 @@ std::string norm_chain_body(const NormChainRegion& r) {
   const bool pipelined = !staged;
   const std::string eps = codegen::float_literal(r.eps());
   std::string s;
-  int next = 0;
-  s += "  const float* restrict x = (const float*)operands[" + std::to_string(next++) + "];\n";
-  if (r.add_residual()) s += "  const float* restrict res = (const float*)operands[" + std::to_string(next++) + "];\n";
-  if (r.weight()) s += "  const float* restrict gamma = (const float*)operands[" + std::to_string(next++) + "];\n";
-  if (r.bias()) s += "  const float* restrict beta = (const float*)operands[" + std::to_string(next++) + "];\n";
+  s += norm_chain_operand_decls(r);
   s += "  if (rows == 0 || row_len == 0) return 0;\n";
   s += "  int failed = 0;\n";
   s += "  #pragma omp parallel\n  {\n";

@@ -107,7 +107,7 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
   // Work items are (row block, panel chunk). B is packed by the thread that uses it, a few
   // panels at a time into a private buffer that stays in L2: a shared packed copy of all of
   // B would go to memory and come back once per row block. So each thread should read as
-  // little of B as it can: when B is the larger operand (N >= M) the panels are split
+  // little of B as it can: when B is the larger operand (N > M) the panels are split
   // between threads (every thread reads all of the smaller A); otherwise the rows are, in
   // row blocks of about MCT rows (a multiple of MR), a whole number per thread.
   s += "    const int colsplit = N > M && np >= nt;\n";

@@ -12,10 +12,10 @@
 namespace fusor::x86::simd {
 
 struct Tuning {
-  int mr = 14;   // rows of the register tile (accumulators: mr x 2 zmm)
-  int kc = 768;  // largest K block (K is split into even blocks no larger)
-  int mc = 512;  // target rows of a packed A block (fewer when mc x kc floats pass 1 MiB)
-  int nb = 512;  // attention: keys per online-softmax step (a multiple of 32)
+  int mr = 14;  // rows of the register tile (accumulators: mr x 2 zmm)
+  int kc = 768; // largest K block (K is split into even blocks no larger)
+  int mc = 512; // target rows of a packed A block (fewer when mc x kc floats pass 1 MiB)
+  int nb = 512; // attention: keys per online-softmax step (a multiple of 32)
 };
 
 Error unsupported(RegionKind kind, const std::string& reason);

@@ -410,6 +410,19 @@ std::string wgmma_instruction(int n, bool trans_b, DType dtype) {
   return s;
 }
 
+// The kernel's entry, its operands and `body` (the mma.sync or wgmma main loop) with the
+// shared tile origin, store and epilogue filled in, closed.
+Expected<std::string> gemm_entry_and_body(const Region& region, const GemmPlan& plan, DType dtype,
+                                          const EmitOptions& options, int threads, std::string_view lane,
+                                          std::string_view main_loop) {
+  FUSOR_TRY_ASSIGN(std::string open, entry_open(region, options, threads, lane));
+  std::string body(main_loop);
+  replace_all(body, "@TILE_ORIGIN@", kGemmTileOrigin);
+  replace_all(body, "@STORE@", kGemmStore);
+  replace_all(body, "@EPILOGUE@", gemm_epilogue(plan, dtype));
+  return open + gemm_operands(plan) + body + "}\n";
+}
+
 Expected<std::pair<std::string, LaunchSpec>> wgmma_gemm_kernel(const Region& region, const GemmPlan& plan, DType dtype,
                                                                const EmitOptions& options, std::string_view lane,
                                                                const GemmTile& tile, int stages, bool two_barriers) {
@@ -432,13 +445,8 @@ Expected<std::pair<std::string, LaunchSpec>> wgmma_gemm_kernel(const Region& reg
   s += std::string("constexpr bool B_KMAJOR = ") + (plan.b_kmajor ? "true" : "false") + ";\n";
   s += std::string("constexpr bool TWO_BARRIERS = ") + (two_barriers ? "true" : "false") + ";\n";
   s += "constexpr int A_BYTES = BM * BK * 2, STAGE_BYTES = (BM + BN) * BK * 2;\n\n";
-  FUSOR_TRY_ASSIGN(std::string open, entry_open(region, options, threads, lane));
-  s += open + gemm_operands(plan);
-  std::string body(kGemmWgmma);
-  replace_all(body, "@TILE_ORIGIN@", kGemmTileOrigin);
-  replace_all(body, "@STORE@", kGemmStore);
-  replace_all(body, "@EPILOGUE@", gemm_epilogue(plan, dtype));
-  s += body + "}\n";
+  FUSOR_TRY_ASSIGN(std::string kernel, gemm_entry_and_body(region, plan, dtype, options, threads, lane, kGemmWgmma));
+  s += kernel;
   return std::pair{std::string(kArchLine) + "sm_90a\n" + std::string(kWgmmaHelpers) + s, launch};
 }
 
@@ -489,13 +497,8 @@ Expected<std::pair<std::string, LaunchSpec>> gemm_kernel(const Region& region, c
   s += std::string("constexpr bool B_KMAJOR = ") + (plan.b_kmajor ? "true" : "false") + ";\n";
   s += "constexpr int A_LD = BK + 8, B_LD = B_KMAJOR ? BK + 8 : BN + 8; /* padded rows: conflict-free ldmatrix */\n";
   s += "constexpr int A_TILE = BM * A_LD, B_TILE = B_KMAJOR ? BN * B_LD : BK * B_LD, STAGE = A_TILE + NB * B_TILE;\n\n";
-  FUSOR_TRY_ASSIGN(std::string open, entry_open(region, options, threads, lane));
-  s += open + gemm_operands(plan);
-  std::string body(kGemmMain);
-  replace_all(body, "@TILE_ORIGIN@", kGemmTileOrigin);
-  replace_all(body, "@STORE@", kGemmStore);
-  replace_all(body, "@EPILOGUE@", gemm_epilogue(plan, dtype));
-  s += body + "}\n";
+  FUSOR_TRY_ASSIGN(std::string kernel, gemm_entry_and_body(region, plan, dtype, options, threads, lane, kGemmMain));
+  s += kernel;
   return std::pair{s, launch};
 }
 

@@ -264,6 +264,11 @@ TEST(X86Simd, AttentionCausalAndNot) {
   }
   const Region half = region_of("attention { scale = 0.3; causal = true; k_transposed = true; storage = f16 }");
   expect_matches_reference(half, attention_dims(0, 1, 1, 17, 129, 64), 19, 1.0);
+  // A positive scale takes the max over the raw scores; a negative one keeps a scaled copy.
+  const Region negative = region_of("attention { scale = -0.3; causal = false }");
+  expect_matches_reference(negative, attention_dims(0, 1, 1, 33, 100, 64), 20, 1.0);
+  const Region q_transposed = region_of("attention { scale = 0.3; causal = true; q_transposed = true }");
+  expect_matches_reference(q_transposed, attention_dims(0, 2, 2, 29, 70, 48), 21, 1.0);
 }
 
 // Key blocks smaller than the keys (several online-softmax steps, a causal diagonal inside a

@@ -12,6 +12,8 @@
 // MR = 12 gives a 24-accumulator score micro-kernel and a P·V tile of 24 accumulators + 2 V
 // vectors + a broadcast within the 32 zmm registers; key blocks outside query blocks bring a
 // K/V block to L2 once per QS x MR queries.
+#include <functional>
+
 #include "codegen/c_renderer.hpp"
 #include "targets/x86/x86_simd_common.hpp"
 
@@ -37,6 +39,9 @@ static inline __attribute__((always_inline)) void fusor_pv_tile(const int R, con
     for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_maskz_loadu_ps(mk[c], o + r * ldo + 16 * c);
   for (int64_t j = j0; j < j1; ++j) {
     const float* restrict vr = v + j * ldv;
+    /* V rows 8 keys ahead toward L1: without it the V loads were the kernel's hottest stall. */
+    _mm_prefetch((const char*)(vr + 8 * ldv), _MM_HINT_T0);
+    if (NC > 1) _mm_prefetch((const char*)(vr + 8 * ldv + 16), _MM_HINT_T0);
     __m512 vv[4];
     #pragma GCC unroll 4
     for (int c = 0; c < NC; ++c) vv[c] = _mm512_maskz_loadu_ps(mk[c], vr + 16 * c);
@@ -132,9 +137,18 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
     s += "        for (int64_t j = 0; j < w; ++j) dst[c * 32 + j] = " + ld.load("kh", "c * Nk + n0 + j") + ";\n";
     s += "        for (int64_t j = w; j < 32; ++j) dst[c * 32 + j] = 0.0f;\n      }\n";
   } else {
+    // f32 panels of 32 keys go 16 keys x 16 features at a time through the register transpose.
+    s += "      int64_t c0 = 0;\n";
+    if (f32) {
+      s += "      if (w == 32)\n        for (; c0 + 16 <= D; c0 += 16)\n          for (int64_t jh = 0; jh < 32; jh += "
+           "16) {\n";
+      s += transpose16_slab("kh + (n0 + jh + r) * D + c0", "16", {}, "dst + (c0 + c) * 32 + jh", "(__mmask16)0xFFFF",
+                            "            ");
+      s += "          }\n";
+    }
     s += "      for (int64_t j = 0; j < w; ++j)\n";
-    s += "        for (int64_t c = 0; c < D; ++c) dst[c * 32 + j] = " + ld.load("kh", "(n0 + j) * D + c") + ";\n";
-    s += "      for (int64_t c = 0; c < D; ++c)\n        for (int64_t j = w; j < 32; ++j) dst[c * 32 + j] = 0.0f;\n";
+    s += "        for (int64_t c = c0; c < D; ++c) dst[c * 32 + j] = " + ld.load("kh", "(n0 + j) * D + c") + ";\n";
+    s += "      for (int64_t c = c0; c < D; ++c)\n        for (int64_t j = w; j < 32; ++j) dst[c * 32 + j] = 0.0f;\n";
   }
   s += "    }\n";
   if (!f32) {
@@ -160,14 +174,23 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   s += "      const int64_t qrows = M - q0 < QS * FUSOR_MR ? M - q0 : QS * FUSOR_MR, nsub = fusor_cdiv(qrows, "
        "FUSOR_MR);\n";
   s += "      const " + T + "* restrict qh = Q + bh * M * D;\n";
-  s += "      for (int64_t sb = 0; sb < nsub; ++sb)\n";
+  s += "      for (int64_t sb = 0; sb < nsub; ++sb) {\n";
+  s += "        const int64_t i0 = q0 + sb * FUSOR_MR;\n";
+  s += "        float* restrict dst = qp + sb * D * FUSOR_MR;\n";
+  s += "        int64_t c0 = 0;\n";
+  // Whole f32 query blocks go 16 features at a time through the register transpose.
+  if (f32 && !r.q_transposed()) {
+    s += "        if (i0 + FUSOR_MR <= M)\n          for (; c0 + 16 <= D; c0 += 16) {\n";
+    s += transpose16_slab("qh + (i0 + r) * D + c0", "FUSOR_MR", {}, "dst + (c0 + c) * FUSOR_MR",
+                          "(__mmask16)((1u << FUSOR_MR) - 1u)", "            ");
+    s += "          }\n";
+  }
   s += "        for (int64_t rr = 0; rr < FUSOR_MR; ++rr) {\n";
-  s += "          const int64_t i = q0 + sb * FUSOR_MR + rr;\n";
-  s += "          float* restrict dst = qp + sb * D * FUSOR_MR + rr;\n";
-  s += "          for (int64_t c = 0; c < D; ++c)\n";
-  s += "            dst[c * FUSOR_MR] = i < M ? " + ld.load("qh", r.q_transposed() ? "c * M + i" : "i * D + c") +
+  s += "          const int64_t i = i0 + rr;\n";
+  s += "          for (int64_t c = c0; c < D; ++c)\n";
+  s += "            dst[c * FUSOR_MR + rr] = i < M ? " + ld.load("qh", r.q_transposed() ? "c * M + i" : "i * D + c") +
        " : 0.0f;\n";
-  s += "        }\n";
+  s += "        }\n      }\n";
   s += "      for (int64_t rr = 0; rr < QS * FUSOR_MR; ++rr) { mall[rr] = -INFINITY; lall[rr] = 0.0f; }\n";
   s += "      memset(ob, 0, sizeof(float) * (size_t)(nsub * MRP * Dv));\n";
   s += "      const float* restrict vh = vall + kvh * Nk * Dv;\n";
@@ -200,17 +223,36 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
       "            const __mmask16 k0 = rem >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << rem) - 1u);\n"
       "            const __mmask16 k1 = rem >= 32 ? (__mmask16)0xFFFF : (rem > 16 ? (__mmask16)((1u << (rem - 16)) - "
       "1u) : (__mmask16)0);\n";
+  // With scale > 0, max(scale * s) = scale * max(s) (rounding is monotonic): the max is taken
+  // over the raw scores and e^(scale * s - m) is one fmsub, so no scaled copy is stored.
+  const bool fold = r.scale() > 0;
+  // Both passes run whole 32-key chunks without masks, then the one ragged chunk with them.
+  const auto chunks = [&](const std::function<std::string(bool)>& step) {
+    std::string t = "          int64_t j = 0;\n          for (; j + 32 <= lim; j += 32) {\n" + step(false);
+    t += "          }\n          if (j < np) {\n" + key_masks + step(true) + "          }\n";
+    return t;
+  };
   s += "          const __m512 vs = _mm512_set1_ps(scale), ninf = _mm512_set1_ps(-INFINITY);\n";
   s += "          __m512 mx0 = ninf, mx1 = ninf;\n";
-  s += "          for (int64_t j = 0; j < np; j += 32) {\n";
-  s += key_masks;
-  s += "            const __m512 s0 = _mm512_mul_ps(vs, _mm512_loadu_ps(srow + j));\n";
-  s += "            const __m512 s1 = _mm512_mul_ps(vs, _mm512_loadu_ps(srow + j + 16));\n";
-  s += "            _mm512_storeu_ps(srow + j, s0);\n            _mm512_storeu_ps(srow + j + 16, s1);\n";
-  s += "            mx0 = _mm512_max_ps(_mm512_mask_blend_ps(k0, ninf, s0), mx0);\n";
-  s += "            mx1 = _mm512_max_ps(_mm512_mask_blend_ps(k1, ninf, s1), mx1);\n";
-  s += "          }\n";
-  s += "          const float bm = _mm512_reduce_max_ps(_mm512_max_ps(mx0, mx1));\n";
+  s += "          {\n" + chunks([&](bool masked) {
+         std::string t, s0 = "_mm512_loadu_ps(srow + j)", s1 = "_mm512_loadu_ps(srow + j + 16)";
+         if (!fold) {
+           t += "            const __m512 s0 = _mm512_mul_ps(vs, " + s0 + ");\n";
+           t += "            const __m512 s1 = _mm512_mul_ps(vs, " + s1 + ");\n";
+           t += "            _mm512_storeu_ps(srow + j, s0);\n            _mm512_storeu_ps(srow + j + 16, s1);\n";
+           s0 = "s0", s1 = "s1";
+         }
+         if (masked) {
+           s0 = "_mm512_mask_blend_ps(k0, ninf, " + s0 + ")";
+           s1 = "_mm512_mask_blend_ps(k1, ninf, " + s1 + ")";
+         }
+         t += "            mx0 = _mm512_max_ps(" + s0 + ", mx0);\n";
+         t += "            mx1 = _mm512_max_ps(" + s1 + ", mx1);\n";
+         return t;
+       }) +
+       "          }\n";
+  s += std::string("          const float bm = ") + (fold ? "scale * " : "") +
+       "_mm512_reduce_max_ps(_mm512_max_ps(mx0, mx1));\n";
   s += "          const float mo = mrow[rr], mn = mo > bm ? mo : bm;\n";
   s += "          const float dm = mo - mn;\n";
   s += "          const float alpha = mo == mn ? 1.0f : " +
@@ -219,17 +261,23 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   // accumulate step rendered over __m512 (masked keys become 0 and never reach the sum).
   s += "          const __m512 vmn = _mm512_set1_ps(mn);\n";
   s += "          __m512 ls0 = _mm512_setzero_ps(), ls1 = _mm512_setzero_ps();\n";
-  s += "          for (int64_t j = 0; j < np; j += 32) {\n";
-  s += key_masks;
-  s += "            const __m512 d0 = _mm512_sub_ps(_mm512_loadu_ps(srow + j), vmn);\n";
-  s += "            const __m512 d1 = _mm512_sub_ps(_mm512_loadu_ps(srow + j + 16), vmn);\n";
-  s += "            const __m512 e0 = _mm512_maskz_mov_ps(k0, " +
-       codegen::render_row_norm_accumulate(v, RowNorm::softmax, "d0") + ");\n";
-  s += "            const __m512 e1 = _mm512_maskz_mov_ps(k1, " +
-       codegen::render_row_norm_accumulate(v, RowNorm::softmax, "d1") + ");\n";
-  s += "            _mm512_storeu_ps(srow + j, e0);\n            _mm512_storeu_ps(srow + j + 16, e1);\n";
-  s += "            ls0 = _mm512_add_ps(ls0, e0);\n            ls1 = _mm512_add_ps(ls1, e1);\n";
-  s += "          }\n";
+  s += "          {\n" + chunks([&](bool masked) {
+         std::string t;
+         for (const std::string h : {"0", "1"}) {
+           const std::string src = "_mm512_loadu_ps(srow + j" + std::string(h == "1" ? " + 16" : "") + ")";
+           t += "            const __m512 d" + h + " = " +
+                (fold ? "_mm512_fmsub_ps(" + src + ", vs, vmn)" : "_mm512_sub_ps(" + src + ", vmn)") + ";\n";
+         }
+         for (const std::string h : {"0", "1"}) {
+           const std::string e = codegen::render_row_norm_accumulate(v, RowNorm::softmax, "d" + h);
+           t += "            const __m512 e" + h + " = " + (masked ? "_mm512_maskz_mov_ps(k" + h + ", " + e + ")" : e) +
+                ";\n";
+         }
+         t += "            _mm512_storeu_ps(srow + j, e0);\n            _mm512_storeu_ps(srow + j + 16, e1);\n";
+         t += "            ls0 = _mm512_add_ps(ls0, e0);\n            ls1 = _mm512_add_ps(ls1, e1);\n";
+         return t;
+       }) +
+       "          }\n";
   s += "          const float ls = _mm512_reduce_add_ps(_mm512_add_ps(ls0, ls1));\n";
   s += "          lrow[rr] = lrow[rr] * alpha + ls;\n          mrow[rr] = mn;\n";
   s += "          if (alpha != 1.0f) {\n            float* restrict orow = obs + rr * Dv;\n";

@@ -34,6 +34,12 @@ struct StorageLoad {
 // accumulators live in zmm registers for the whole kc.
 std::string micro_kernel_source(int mr);
 
+// Statements packing a 16 x 16 slab through the register transpose: rows r < `rows` (<= 16) are
+// the 16 floats at `row_at` (an expression in r; rows past are zero), each mapped through
+// `prologue` over __m512, and column c (an expression in c) is stored to `column_at` under `mask`.
+std::string transpose16_slab(const std::string& row_at, const std::string& rows, const std::vector<Op>& prologue,
+                             const std::string& column_at, const std::string& mask, const std::string& indent);
+
 // Statements normalising a row with the op table's four steps, vectorised: reads src[0..n),
 // writes dst[0..n) (they may alias), then optional per-feature `* gamma[j]` / `+ beta[j]`.
 std::string row_norm_simd(RowNorm norm, const std::string& src, const std::string& dst, const std::string& n,

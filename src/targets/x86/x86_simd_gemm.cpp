@@ -73,6 +73,23 @@ std::string micro_kernel_source(int mr) {
   return s;
 }
 
+std::string transpose16_slab(const std::string& row_at, const std::string& rows, const std::vector<Op>& prologue,
+                             const std::string& column_at, const std::string& mask, const std::string& indent) {
+  const std::string& I = indent;
+  std::string s = I + "__m512 t_[16];\n" + I + "#pragma GCC unroll 16\n";
+  s += I + "for (int r = 0; r < 16; ++r)\n";
+  s += I + "  t_[r] = r < " + rows + " ? _mm512_loadu_ps(" + row_at + ") : _mm512_setzero_ps();\n";
+  if (!prologue.empty()) {
+    s += I + "for (int r = 0; r < " + rows + "; ++r) {\n" + I + "  __m512 v = t_[r];\n";
+    s += codegen::render_unary_chain(codegen::c99_avx512_dialect(), prologue, "v", "", I + "  ");
+    s += I + "  t_[r] = v;\n" + I + "}\n";
+  }
+  s += I + "fusor_transpose16(t_);\n" + I + "#pragma GCC unroll 16\n";
+  s += I + "for (int c = 0; c < 16; ++c)\n";
+  s += I + "  _mm512_mask_storeu_ps(" + column_at + ", " + mask + ", t_[c]);\n";
+  return s;
+}
+
 std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning& tuning) {
   const auto& d = c99_simd_dialect();
   const std::string T = ld.type;
@@ -149,18 +166,8 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
       std::all_of(plan.prologue.begin(), plan.prologue.end(), [&](Op op) { return codegen::renders_in(v16, op); });
   if (T == "float" && !plan.a_trans && vector_prologue) {
     s += "          if (rows == FUSOR_MR)\n            for (; k0 + 16 <= kc; k0 += 16) {\n";
-    s += "              __m512 t_[16];\n              #pragma GCC unroll 16\n";
-    s += "              for (int r = 0; r < 16; ++r)\n";
-    s += "                t_[r] = r < FUSOR_MR ? _mm512_loadu_ps(A + (i + r) * K + pc + k0) : _mm512_setzero_ps();\n";
-    if (!plan.prologue.empty()) {
-      s += "              for (int r = 0; r < FUSOR_MR; ++r) {\n                __m512 v = t_[r];\n";
-      s += codegen::render_unary_chain(v16, plan.prologue, "v", "", "                ");
-      s += "                t_[r] = v;\n              }\n";
-    }
-    s += "              fusor_transpose16(t_);\n              #pragma GCC unroll 16\n";
-    s += "              for (int c = 0; c < 16; ++c)\n";
-    s += "                _mm512_mask_storeu_ps(dst + (k0 + c) * FUSOR_MR, (__mmask16)((1u << FUSOR_MR) - 1u), "
-         "t_[c]);\n";
+    s += transpose16_slab("A + (i + r) * K + pc + k0", "FUSOR_MR", plan.prologue, "dst + (k0 + c) * FUSOR_MR",
+                          "(__mmask16)((1u << FUSOR_MR) - 1u)", "              ");
     s += "            }\n";
   }
   s += "          for (int64_t k = k0; k < kc; ++k) {\n";

@@ -29,6 +29,7 @@
 #include <nlohmann/json.hpp>
 
 #include "codegen/abi.hpp"
+#include "fma_peak.hpp"
 #include "fusor/operand_gen.hpp"
 #include "fusor/oracle.hpp"
 #include "fusor/reference.hpp"
@@ -484,7 +485,9 @@ Result bench_norm(const std::string& norm, std::int64_t rows, std::int64_t len, 
   return r;
 }
 
-json to_json(const Result& r, double copy_bytes) {
+// `peak`: the host's FMA throughput (GFLOP/s). `<peer>_ratio_at_peak` is the ratio fusor would
+// reach running at that peak: the ceiling of any kernel doing the case's FLOPs.
+json to_json(const Result& r, double copy_bytes, std::optional<double> peak) {
   json j;
   j["case"] = r.name;
   j["shape"] = r.shape;
@@ -502,6 +505,10 @@ json to_json(const Result& r, double copy_bytes) {
   } else {
     j["gflops"] = r.work / r.fusor_ms / 1e6;
     for (const auto& [peer, ms] : r.peer_ms) j[peer + "_gflops"] = r.work / ms / 1e6;
+    if (peak) {
+      j["fraction_of_peak"] = j["gflops"].get<double>() / *peak;
+      for (const auto& [peer, ms] : r.peer_ms) j[peer + "_ratio_at_peak"] = ms / (r.work / *peak / 1e6);
+    }
   }
   j["max_abs_err"] = r.err;
   j["err_on"] = r.err_note;
@@ -513,11 +520,15 @@ json to_json(const Result& r, double copy_bytes) {
 void print_human(const json& j) {
   std::printf("%-36s fusor %9.3f ms", j["case"].get<std::string>().c_str(), j["fusor_ms"].get<double>());
   if (j.contains("gflops")) std::printf(" %7.1f GFLOP/s", j["gflops"].get<double>());
+  if (j.contains("fraction_of_peak")) std::printf(" (%.2f of peak)", j["fraction_of_peak"].get<double>());
   if (j.contains("gbps")) std::printf(" %7.1f GB/s", j["gbps"].get<double>());
   for (const char* peer : {"onednn", "openblas", "copy"}) {
     const std::string key = std::string(peer) + "_ms";
     if (!j.contains(key)) continue;
-    std::printf(" | %s %9.3f ms (x%.2f)", peer, j[key].get<double>(), j[std::string(peer) + "_ratio"].get<double>());
+    std::printf(" | %s %9.3f ms (x%.2f", peer, j[key].get<double>(), j[std::string(peer) + "_ratio"].get<double>());
+    const std::string at_peak = std::string(peer) + "_ratio_at_peak";
+    if (j.contains(at_peak)) std::printf("; x%.2f at peak", j[at_peak].get<double>());
+    std::printf(")");
   }
   if (j.contains("fraction_of_copy_bw"))
     std::printf(" | %.2f of copy bandwidth", j["fraction_of_copy_bw"].get<double>());
@@ -532,8 +543,9 @@ std::string today() {
   return buf;
 }
 
-json machine() {
+json machine(std::optional<double> peak) {
   json m;
+  if (peak) m["fma_peak_gflops"] = *peak;
   m["date"] = today();
   m["isa"] = host_isa();
   std::ifstream cpu("/proc/cpuinfo");
@@ -588,8 +600,9 @@ int run(const Options& opt) {
   entries.push_back(
       {"norm", "layer_norm_weight_bias_4096x4096", [&] { return bench_norm("layer_norm", 4096, 4096, opt); }});
 
+  const std::optional<double> peak = fma_peak_gflops();
   json doc;
-  doc["machine"] = machine();
+  doc["machine"] = machine(peak);
   doc["cases"] = json::array();
   if (!opt.json_lines) std::printf("%s\n", doc["machine"].dump().c_str());
   int ran = 0;
@@ -597,7 +610,7 @@ int run(const Options& opt) {
     if (opt.suite != "all" && e.suite != opt.suite) continue;
     if (!opt.filter.empty() && e.name.find(opt.filter) == std::string::npos) continue;
     const Result r = e.fn();
-    const json j = to_json(r, 8.0 * 4096 * 4096);
+    const json j = to_json(r, 8.0 * 4096 * 4096, peak);
     if (opt.json_lines)
       std::printf("%s\n", j.dump().c_str()), std::fflush(stdout);
     else

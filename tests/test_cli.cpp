@@ -9,6 +9,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <nlohmann/json.hpp>
+
 #include "fusor/npy.hpp"
 #include "fusor/onnx_import.hpp"
 #include "fusor/operand_gen.hpp"
@@ -439,4 +441,41 @@ TEST_F(CliLanes, RunWithoutArgumentsRunsTheEmbeddedModel) {
   EXPECT_NE(r.out.find("region"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("attention"), std::string::npos) << "the default is a transformer block:\n" << r.out;
   EXPECT_NE(r.out.find("oracle"), std::string::npos) << r.out;
+}
+
+// `fusor bench --json`: one JSON object per case with fusor's time and rate, each peer's time
+// and ratio, the oracle's error, and the FMA-peak columns. No timing is asserted, only that
+// the fields are there and consistent with each other.
+TEST_F(CliLanes, BenchPrintsOneJsonObjectPerCase) {
+  if (!fs::exists(fs::path(FUSOR_BIN).parent_path() / "fusor-bench")) GTEST_SKIP() << "fusor-bench is not built";
+  if (!(__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("avx512dq")))
+    GTEST_SKIP() << "no AVX-512 here: the bench's x86_avx512 lane declines";
+  const auto r = fusor_env("bench gemm --filter 128x3072 --json --min-ms 1");
+  ASSERT_EQ(r.code, 0) << r.err << r.out;
+  std::istringstream lines(r.out);
+  int cases = 0;
+  for (std::string line; std::getline(lines, line); ++cases) {
+    const auto j = nlohmann::json::parse(line);
+    EXPECT_EQ(j.at("case"), "gemm_bias_gelu_128x3072x768");
+    const double fusor_ms = j.at("fusor_ms").get<double>();
+    EXPECT_GT(fusor_ms, 0.0);
+    EXPECT_GT(j.at("gflops").get<double>(), 0.0);
+    EXPECT_LT(j.at("max_abs_err").get<double>(), 1e-3);
+    EXPECT_TRUE(j.at("verified").get<bool>());
+    const double fraction = j.at("fraction_of_peak").get<double>();
+    EXPECT_GT(fraction, 0.0);
+    int peers = 0;
+    for (const auto& [key, value] : j.items()) {
+      if (key == "fusor_ms" || key.size() < 3 || key.substr(key.size() - 3) != "_ms") continue;
+      const std::string peer = key.substr(0, key.size() - 3);
+      ++peers;
+      const double ratio = j.at(peer + "_ratio").get<double>();
+      EXPECT_NEAR(ratio, value.get<double>() / fusor_ms, 1e-9 * ratio) << peer;
+      // The ratio a kernel at the FMA peak would reach: this ratio over fusor's share of the peak.
+      EXPECT_NEAR(j.at(peer + "_ratio_at_peak").get<double>(), ratio / fraction, 1e-6 * ratio / fraction) << peer;
+    }
+    EXPECT_GE(peers, 1) << "a build with the bench has oneDNN or OpenBLAS: " << line;
+  }
+  EXPECT_EQ(cases, 1) << r.out;
 }

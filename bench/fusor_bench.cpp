@@ -4,7 +4,7 @@
 // each peer on its equivalent calls. `fusor bench` execs this program.
 //
 //   fusor-bench SUITE [--filter TEXT] [--json] [--save FILE] [--min-ms MS]
-//   SUITE: gemm | gated | attention | norm | all
+//   SUITE: gemm | gated | attention | norm | pointwise | all
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -446,31 +446,26 @@ Result bench_attention(std::int64_t S, std::int64_t D, bool causal, const Option
   return r;
 }
 
-// ---- norm chains vs a STREAM-style copy --------------------------------------------------
-Result bench_norm(const std::string& norm, std::int64_t rows, std::int64_t len, const Options& opt) {
-  const bool rms = norm == "rmsnorm";
-  const Region region =
-      parse(std::string("norm_chain { norm = ") + norm + "; add_residual = " + (rms ? "true" : "false") +
-            "; weight = true; bias = " + (rms ? "false" : "true") + " }");
-  ProblemShape dims;
-  dims.rows = rows, dims.row_len = len, dims.output = {rows, len};
-  const auto operands = make_operands(region, dims, 13, 1.0);
+// ---- streaming kinds (norm chains, pointwise DAGs, pointwise reductions) vs a STREAM copy --
+// `bytes`: what the kernel must read and write at least. The peer is a STREAM-style copy of
+// one array the size of the first operand, the bandwidth roofline's measure.
+Result bench_streaming(const std::string& name, const Region& region, const ProblemShape& dims, double bytes,
+                       std::uint64_t seed, const Options& opt) {
+  const auto operands = make_operands(region, dims, seed, 1.0);
   Kernel k = make_kernel(region, operands);
   Result r;
-  r.name = norm + (rms ? "_residual_weight_" : "_weight_bias_") + std::to_string(rows) + "x" + std::to_string(len);
-  r.shape = std::to_string(rows) + "x" + std::to_string(len);
+  r.name = name;
+  r.shape = std::to_string(dims.output[0]) + "x" + std::to_string(dims.output[1]);
   r.bandwidth = true;
-  const double n = static_cast<double>(rows * len);
-  r.work = 4.0 * (n * (rms ? 3 : 2) + len * (rms ? 1 : 2)); // bytes read + written
+  r.work = bytes;
   r.verified = k.verified;
   k.call();
-  std::vector<size_t> row_operands; // x and the residual; gamma and beta are per feature
+  std::vector<size_t> row_operands; // operands with rows; per-feature vectors stay whole
   for (size_t i = 0; i < operands.size(); ++i)
     if (operands[i].shape.size() == 2) row_operands.push_back(i);
   measure_error(r, region, operands, row_operands, 64, k);
-  // STREAM-style copy of one [rows, len] f32 array: the bandwidth roofline's measure.
   std::vector<float> src(operands[0].data), dst(src.size());
-  const std::int64_t total = rows * len;
+  const auto total = static_cast<std::int64_t>(src.size());
   std::vector<std::function<void()>> fns{[&] { k.call(); },
                                          [&] {
                                            float* __restrict d = dst.data();
@@ -481,12 +476,39 @@ Result bench_norm(const std::string& norm, std::int64_t rows, std::int64_t len, 
   const auto med = time_interleaved(fns, opt.min_ms);
   r.fusor_ms = med[0];
   r.peer_ms["copy"] = med[1];
-  r.peer_note = "copy moves " + std::to_string(8.0 * n / 1e6) + " MB";
+  r.peer_note = "copy moves " + std::to_string(8.0 * static_cast<double>(total) / 1e6) + " MB";
   return r;
 }
 
-// `peak`: the host's FMA throughput (GFLOP/s). `<peer>_ratio_at_peak` is the ratio fusor would
-// reach running at that peak: the ceiling of any kernel doing the case's FLOPs.
+Result bench_norm(const std::string& norm, std::int64_t rows, std::int64_t len, const Options& opt) {
+  const bool rms = norm == "rmsnorm";
+  const Region region =
+      parse(std::string("norm_chain { norm = ") + norm + "; add_residual = " + (rms ? "true" : "false") +
+            "; weight = true; bias = " + (rms ? "false" : "true") + " }");
+  ProblemShape dims;
+  dims.rows = rows, dims.row_len = len, dims.output = {rows, len};
+  const double n = static_cast<double>(rows * len);
+  const double bytes = 4.0 * (n * (rms ? 3 : 2) + len * (rms ? 1 : 2)); // rows read and written, per-feature vectors
+  return bench_streaming(norm + (rms ? "_residual_weight_" : "_weight_bias_") + std::to_string(rows) + "x" +
+                             std::to_string(len),
+                         region, dims, bytes, 13, opt);
+}
+
+// The examples' pointwise DAG (two inputs, sigmoid, tanh) and row sum of squares.
+Result bench_pointwise(bool reduce, std::int64_t rows, std::int64_t len, const Options& opt) {
+  const Region region = parse(reduce ? "pointwise_reduce { inputs = [x]; sq = mul(x, x); output = sq; reduce = sum }"
+                                     : "pointwise { inputs = [x, g]; s = sigmoid(g); y = mul(x, s); t = tanh(y); "
+                                       "h = mul(x, 0.5); out = add(t, h); output = out }");
+  ProblemShape dims;
+  dims.output = {rows, len};
+  dims.rows = rows, dims.row_len = len;
+  const double n = static_cast<double>(rows * len);
+  const double bytes = reduce ? 4.0 * (n + rows) : 4.0 * 3 * n; // inputs read, output written
+  return bench_streaming(std::string(reduce ? "pointwise_reduce_sumsq_" : "pointwise_swish_gate_") +
+                             std::to_string(rows) + "x" + std::to_string(len),
+                         region, dims, bytes, 15, opt);
+}
+
 json to_json(const Result& r, double copy_bytes, std::optional<double> peak) {
   json j;
   j["case"] = r.name;
@@ -599,6 +621,10 @@ int run(const Options& opt) {
       {"norm", "rmsnorm_residual_weight_4096x4096", [&] { return bench_norm("rmsnorm", 4096, 4096, opt); }});
   entries.push_back(
       {"norm", "layer_norm_weight_bias_4096x4096", [&] { return bench_norm("layer_norm", 4096, 4096, opt); }});
+  entries.push_back(
+      {"pointwise", "pointwise_swish_gate_4096x4096", [&] { return bench_pointwise(false, 4096, 4096, opt); }});
+  entries.push_back(
+      {"pointwise", "pointwise_reduce_sumsq_4096x4096", [&] { return bench_pointwise(true, 4096, 4096, opt); }});
 
   const std::optional<double> peak = fma_peak_gflops();
   json doc;
@@ -653,16 +679,16 @@ int main(int argc, char** argv) {
       opt.min_ms = std::atof(value().c_str());
     else if (a == "-h" || a == "--help") {
       std::printf("usage: fusor-bench SUITE [--filter TEXT] [--json] [--save FILE] [--min-ms MS] [--knob KEY=VALUE]\n"
-                  "SUITE: gemm | gated | attention | norm | all\n");
+                  "SUITE: gemm | gated | attention | norm | pointwise | all\n");
       return 0;
     } else if (opt.suite.empty() && a[0] != '-')
       opt.suite = a;
     else
       fusor::bench::die("unknown argument '" + a + "' (see --help)");
   }
-  if (opt.suite.empty()) fusor::bench::die("missing SUITE (gemm | gated | attention | norm | all)");
+  if (opt.suite.empty()) fusor::bench::die("missing SUITE (gemm | gated | attention | norm | pointwise | all)");
   if (opt.suite != "all" && opt.suite != "gemm" && opt.suite != "gated" && opt.suite != "attention" &&
-      opt.suite != "norm")
-    fusor::bench::die("unknown suite '" + opt.suite + "' (gemm | gated | attention | norm | all)");
+      opt.suite != "norm" && opt.suite != "pointwise")
+    fusor::bench::die("unknown suite '" + opt.suite + "' (gemm | gated | attention | norm | pointwise | all)");
   return fusor::bench::run(opt);
 }

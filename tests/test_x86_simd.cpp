@@ -219,9 +219,10 @@ TEST(X86Simd, MatmulAndGatedRagged) {
 TEST(X86Simd, GemmEpilogueVectorPathAndFallback) {
   REQUIRE_AVX512();
   const auto& v16 = codegen::c99_avx512_dialect();
-  for (Op op : {Op::bias, Op::gelu, Op::silu, Op::sigmoid, Op::add, Op::mul, Op::div, Op::neg, Op::exp})
+  for (Op op : {Op::bias, Op::gelu, Op::silu, Op::sigmoid, Op::add, Op::mul, Op::div, Op::neg, Op::exp, Op::tanh,
+                Op::gelu_erf, Op::erf})
     EXPECT_TRUE(codegen::renders_in(v16, op)) << op_info(op).name;
-  for (Op op : {Op::relu, Op::maximum, Op::sign, Op::tanh, Op::gelu_erf, Op::log, Op::abs})
+  for (Op op : {Op::relu, Op::maximum, Op::sign, Op::log, Op::abs})
     EXPECT_FALSE(codegen::renders_in(v16, op)) << op_info(op).name;
   EXPECT_TRUE(codegen::renders_in(codegen::c99_simd_dialect(), Op::relu));
   const std::string vector_store = "_mm512_mask_storeu_ps(o + j, m, v)";
@@ -234,6 +235,8 @@ TEST(X86Simd, GemmEpilogueVectorPathAndFallback) {
   };
   EXPECT_NE(source("fused { epilogue = [bias, gelu]; residual = true }").find(vector_store), std::string::npos);
   EXPECT_NE(source("gated { gate_act = silu }").find(vector_store), std::string::npos);
+  EXPECT_NE(source("fused { epilogue = [bias, gelu_erf] }").find(vector_store), std::string::npos);
+  EXPECT_NE(source("fused { epilogue = [tanh]; residual = true }").find(vector_store), std::string::npos);
   EXPECT_EQ(source("fused { epilogue = [bias, relu] }").find(vector_store), std::string::npos);
   EXPECT_EQ(source("fused { epilogue = [bias, gelu]; storage = f16 }").find(vector_store), std::string::npos);
   // A is packed 16 k at a time through a register transpose when f32, row-major and the
@@ -360,10 +363,13 @@ TEST(X86Simd, StreamingKinds) {
   }
 }
 
-// One op through the lane on many inputs; returns the output.
+// One op through the lane's scalar helpers (fusor_expf, fusor_tanhf, ...) on many inputs;
+// returns the output. The broadcast operand `one` keeps the DAG off the 16-lane path, which
+// run_avx512 measures instead.
 std::vector<float> run_unary(const std::string& op, const std::vector<float>& xs) {
-  const Region region = region_of("pointwise { inputs = [x]; t0 = " + op + "(x); t1 = mul(t0, 1.0); output = t1 }");
-  std::vector<Tensor> operands{Tensor({static_cast<std::int64_t>(xs.size())}, xs)};
+  const Region region =
+      region_of("pointwise { inputs = [x, one]; t0 = " + op + "(x); t1 = mul(t0, one); output = t1 }");
+  std::vector<Tensor> operands{Tensor({static_cast<std::int64_t>(xs.size())}, xs), Tensor({1}, {1.0f})};
   auto out = execute_on_target(x86(), region, operands, lane_options(RegionKind::pointwise));
   EXPECT_TRUE(out.ok()) << (out.ok() ? "" : out.error().str());
   return out.ok() ? out->output.data : std::vector<float>{};
@@ -462,6 +468,57 @@ TEST(X86Simd, VectorExp16ErrorBoundsAndSpecialValues) {
   EXPECT_EQ(sv[6], 0.0f);
   EXPECT_EQ(sv[7], inf); // e^89 > FLT_MAX
   EXPECT_EQ(sv[8], 0.0f);
+}
+
+TEST(X86Simd, VectorTanhErf16ErrorBoundsAndSpecialValues) {
+  REQUIRE_AVX512();
+  const auto tx = grid(-12.0, 12.0, 400001);
+  const auto t = measure(tx, run_avx512("fusor_tanhf16(v)", tx), [](double x) { return std::tanh(x); });
+  const auto rx = grid(-6.0, 6.0, 400001);
+  const auto r = measure(rx, run_avx512("fusor_erff16(v)", rx), [](double x) { return std::erf(x); });
+  std::printf("vector tanh16: max abs err %.3g, max rel err %.3g\nvector erf16: max abs err %.3g\n", t.max_abs,
+              t.max_rel, r.max_abs);
+  EXPECT_LT(t.max_abs, 3e-7); // the scalar helpers' bounds: the same polynomials
+  EXPECT_LT(t.max_rel, 1e-6);
+  EXPECT_LT(r.max_abs, 5e-7);
+  const float inf = INFINITY, nan = NAN;
+  const std::vector<float> xs{nan, inf, -inf, 0.0f, -0.0f, 100.0f, -100.0f, 1e-30f, -0.7f};
+  for (const char* fn : {"fusor_tanhf16(v)", "fusor_erff16(v)"}) {
+    const auto y = run_avx512(fn, xs);
+    ASSERT_EQ(y.size(), xs.size());
+    EXPECT_TRUE(std::isnan(y[0])) << fn;
+    EXPECT_EQ(y[1], 1.0f) << fn;
+    EXPECT_EQ(y[2], -1.0f) << fn;
+    EXPECT_EQ(y[3], 0.0f) << fn;
+    EXPECT_TRUE(std::signbit(y[4])) << fn << ": f(-0) = -0";
+    EXPECT_EQ(y[5], 1.0f) << fn;
+    EXPECT_EQ(y[6], -1.0f) << fn;
+    EXPECT_LT(y[8], 0.0f) << fn;
+  }
+  EXPECT_EQ(run_avx512("fusor_tanhf16(v)", xs)[7], 1e-30f);
+}
+
+// A pointwise DAG whose ops all render over __m512 runs 16 lanes at a time with a masked
+// tail; special values follow the reference.
+TEST(X86Simd, PointwiseVectorPath) {
+  REQUIRE_AVX512();
+  const Region region = region_of("pointwise { inputs = [x, g]; s = sigmoid(g); y = mul(x, s); t = tanh(y); "
+                                  "h = mul(x, 0.5); e = erf(h); out = add(t, e); output = out }");
+  auto src = lane(RegionKind::pointwise)->emit(region, {});
+  ASSERT_TRUE(src.ok());
+  EXPECT_NE(src->source.find("_mm512_mask_storeu_ps(out + i, m, v)"), std::string::npos);
+  for (const Shape& shape : std::vector<Shape>{{7, 129}, {3}, {2, 16}})
+    expect_matches_reference(region, elementwise(shape), 36, 3.0);
+  auto operands = make_operands(region, elementwise({37}), 37, 1.0);
+  const float inf = INFINITY, nan = NAN;
+  const float specials[] = {nan, inf, -inf, 0.0f, -0.0f, 1e30f, -1e30f};
+  for (size_t i = 0; i < std::size(specials); ++i) operands[i % 2].data[i * 5] = specials[i];
+  auto ref = evaluate_reference(region, operands);
+  ASSERT_TRUE(ref.ok()) << ref.error().str();
+  auto out = execute_on_target(x86(), region, operands, lane_options(RegionKind::pointwise));
+  ASSERT_TRUE(out.ok()) << out.error().str();
+  EXPECT_TRUE(testing::all_close(out->output, *ref));
+  expect_verified(region);
 }
 
 // fmaxf/fminf over 16 lanes keep C99's rule (a NaN operand yields the other operand) with

@@ -1,9 +1,11 @@
 #include "codegen/c_renderer.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <span>
 
 namespace fusor::codegen {
 namespace {
@@ -48,6 +50,34 @@ const CDialect& c99_simd_dialect() {
   return dialect;
 }
 
+namespace {
+
+// Polynomial coefficients, highest degree first, of the helpers that have a scalar and a
+// 16-lane form: one list renders both, so the two cannot drift apart.
+// Cephes tanhf: tanh x = x + x·s·P(s), s = x², for |x| < 0.625.
+constexpr std::array<std::string_view, 5> kTanhSmall{"-5.70498872745e-3f", "2.06390887954e-2f", "-5.37397155531e-2f",
+                                                     "1.33314422036e-1f", "-3.33332819422e-1f"};
+// erf x = x·P(x²) for |x| < 1.
+constexpr std::array<std::string_view, 7> kErfSmall{
+    "7.853861353153693e-5f", "-8.010193625184903e-4f", "5.188327685732524e-3f", "-2.685381193529856e-2f",
+    "1.128358514861418e-1f", "-3.761262582423300e-1f", "1.128379165726710e+0f"};
+// Abramowitz & Stegun 7.1.26: erf x = 1 - t·P(t)·e^(-x²), t = 1/(1 + 0.3275911|x|).
+constexpr std::array<std::string_view, 5> kErfLarge{"1.061405429f", "-1.453152027f", "1.421413741f", "-0.284496736f",
+                                                    "0.254829592f"};
+
+// `acc` = the polynomial in `x` by Horner's rule: float statements, or 16-lane FMAs.
+std::string horner(std::string_view acc, std::string_view x, std::span<const std::string_view> c, bool lanes16) {
+  const std::string a(acc), v(x);
+  std::string s = lanes16 ? "  __m512 " + a + " = _mm512_set1_ps(" + std::string(c[0]) + ");\n"
+                          : "  float " + a + " = " + std::string(c[0]) + ";\n";
+  for (size_t i = 1; i < c.size(); ++i)
+    s += lanes16 ? "  " + a + " = _mm512_fmadd_ps(" + a + ", " + v + ", _mm512_set1_ps(" + std::string(c[i]) + "));\n"
+                 : "  " + a + " = " + a + " * " + v + " + " + std::string(c[i]) + ";\n";
+  return s;
+}
+
+} // namespace
+
 std::string render_vector_math_helpers(const CDialect& dialect) {
   const std::string p(dialect.helper_prefix);
   // Written as straight-line float/int arithmetic and selects so that, once inlined into a
@@ -76,12 +106,8 @@ std::string render_vector_math_helpers(const CDialect& dialect) {
          "/* tanh: Cephes' odd polynomial below |x| = 0.625, else 1 - 2/(e^2|x| + 1) with the sign restored. */\n" +
          p +
          " float fusor_tanhf(float x) {\n"
-         "  const float ax = x < 0.0f ? -x : x, s = x * x;\n"
-         "  float q = -5.70498872745e-3f;\n"
-         "  q = q * s + 2.06390887954e-2f;\n"
-         "  q = q * s - 5.37397155531e-2f;\n"
-         "  q = q * s + 1.33314422036e-1f;\n"
-         "  q = q * s - 3.33332819422e-1f;\n"
+         "  const float ax = x < 0.0f ? -x : x, s = x * x;\n" +
+         horner("q", "s", kTanhSmall, false) +
          "  const float small = q * s * x + x;\n"
          "  const float big = 1.0f - 2.0f / (fusor_expf(2.0f * ax) + 1.0f);\n"
          "  const float y = ax < 0.625f ? small : (x < 0.0f ? -big : big);\n"
@@ -90,21 +116,11 @@ std::string render_vector_math_helpers(const CDialect& dialect) {
          "/* erf: odd polynomial below |x| = 1; above, Abramowitz & Stegun 7.1.26 (|err| <= 1.5e-7). */\n" +
          p +
          " float fusor_erff(float x) {\n"
-         "  const float ax = x < 0.0f ? -x : x, z = x * x;\n"
-         "  float q = 7.853861353153693e-5f;\n"
-         "  q = q * z - 8.010193625184903e-4f;\n"
-         "  q = q * z + 5.188327685732524e-3f;\n"
-         "  q = q * z - 2.685381193529856e-2f;\n"
-         "  q = q * z + 1.128358514861418e-1f;\n"
-         "  q = q * z - 3.761262582423300e-1f;\n"
-         "  q = q * z + 1.128379165726710e+0f;\n"
+         "  const float ax = x < 0.0f ? -x : x, z = x * x;\n" +
+         horner("q", "z", kErfSmall, false) +
          "  const float small = x * q;\n"
-         "  const float t = 1.0f / (1.0f + 0.3275911f * ax);\n"
-         "  float u = 1.061405429f;\n"
-         "  u = u * t - 1.453152027f;\n"
-         "  u = u * t + 1.421413741f;\n"
-         "  u = u * t - 0.284496736f;\n"
-         "  u = u * t + 0.254829592f;\n"
+         "  const float t = 1.0f / (1.0f + 0.3275911f * ax);\n" +
+         horner("u", "t", kErfLarge, false) +
          "  const float big = 1.0f - u * t * fusor_expf(-z);\n"
          "  return ax < 1.0f ? small : (x < 0.0f ? -big : big);\n"
          "}\n"
@@ -118,8 +134,13 @@ const CDialect& c99_avx512_dialect() {
                                 "restrict",
                                 "static inline",
                                 "",
-                                {{"expf", "fusor_expf16"}, {"fmaxf", "fusor_fmaxf16"}, {"fminf", "fusor_fminf16"}},
-                                "__m512"};
+                                {{"expf", "fusor_expf16"},
+                                 {"tanhf", "fusor_tanhf16"},
+                                 {"erff", "fusor_erff16"},
+                                 {"fmaxf", "fusor_fmaxf16"},
+                                 {"fminf", "fusor_fminf16"}},
+                                "__m512",
+                                "_mm512_set1_ps"};
   return dialect;
 }
 
@@ -142,6 +163,30 @@ std::string render_avx512_math_helpers(const CDialect& dialect) {
          "  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(5.0000001201e-1f));\n"
          "  q = _mm512_fmadd_ps(q, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));\n"
          "  return _mm512_scalef_ps(q, n);\n"
+         "}\n" +
+         "/* tanh and erf as fusor_tanhf/fusor_erff, both branches computed and blended; the sign of\n"
+         "   the large-|x| branch is x's, so tanh/erf(-0) = -0 and (+-inf) = +-1; NaN stays NaN. */\n" +
+         p + " __m512 fusor_tanhf16(__m512 x) {\n" +
+         "  const __m512 ax = _mm512_abs_ps(x), s = _mm512_mul_ps(x, x);\n" + horner("q", "s", kTanhSmall, true) +
+         "  const __m512 small = _mm512_fmadd_ps(_mm512_mul_ps(q, s), x, x);\n"
+         "  const __m512 one = _mm512_set1_ps(1.0f);\n"
+         "  const __m512 e = fusor_expf16(_mm512_add_ps(ax, ax));\n"
+         "  const __m512 big = _mm512_sub_ps(one, _mm512_div_ps(_mm512_set1_ps(2.0f), _mm512_add_ps(e, one)));\n"
+         "  const __m512 sbig = _mm512_or_ps(big, _mm512_and_ps(x, _mm512_set1_ps(-0.0f)));\n"
+         "  const __m512 y = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(ax, _mm512_set1_ps(0.625f), _CMP_LT_OQ), sbig, "
+         "small);\n"
+         "  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_EQ_OQ), y, x);\n"
+         "}\n" +
+         p + " __m512 fusor_erff16(__m512 x) {\n" + "  const __m512 ax = _mm512_abs_ps(x), z = _mm512_mul_ps(x, x);\n" +
+         horner("q", "z", kErfSmall, true) +
+         "  const __m512 small = _mm512_mul_ps(x, q);\n"
+         "  const __m512 t = _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_fmadd_ps(_mm512_set1_ps(0.3275911f), ax, "
+         "_mm512_set1_ps(1.0f)));\n" +
+         horner("u", "t", kErfLarge, true) +
+         "  const __m512 big = _mm512_fnmadd_ps(_mm512_mul_ps(u, t), fusor_expf16(_mm512_sub_ps(_mm512_setzero_ps(), "
+         "z)), _mm512_set1_ps(1.0f));\n"
+         "  const __m512 sbig = _mm512_or_ps(big, _mm512_and_ps(x, _mm512_set1_ps(-0.0f)));\n"
+         "  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(ax, _mm512_set1_ps(1.0f), _CMP_LT_OQ), sbig, small);\n"
          "}\n" +
          "/* C99 fmaxf/fminf: a NaN operand yields the other one; vmaxps/vminps return b when either is.\n"
          "   The macros broadcast a float operand (an op-table literal) to 16 lanes. */\n" +
@@ -268,8 +313,9 @@ std::string render_dag(const CDialect& dialect, const PointwiseGraph& graph,
                        std::string_view indent) {
   const std::string in(indent);
   std::string out;
+  const std::string T(dialect.value_type);
   for (size_t i = 0; i < graph.input_names().size(); ++i)
-    out += in + "const float in" + std::to_string(i) + "_ = " + load_input(static_cast<int>(i)) + ";\n";
+    out += in + "const " + T + " in" + std::to_string(i) + "_ = " + load_input(static_cast<int>(i)) + ";\n";
   auto ref = [](const ValueRef& v) -> std::string {
     switch (v.kind) {
     case ValueRef::Kind::input: return "in" + std::to_string(v.index) + "_";
@@ -286,13 +332,19 @@ std::string render_dag(const CDialect& dialect, const PointwiseGraph& graph,
       args[a] = ref(node.args[a]);
       if (node.args[a].kind == ValueRef::Kind::constant) {
         const std::string name = "k" + std::to_string(i) + "_" + std::to_string(a) + "_";
-        out += in + "const float " + name + " = " + args[a] + ";\n";
+        const std::string value = dialect.splat.empty() ? args[a] : std::string(dialect.splat) + "(" + args[a] + ")";
+        out += in + "const " + T + " " + name + " = " + value + ";\n";
         args[a] = name;
       }
     }
-    out += in + "const float t" + std::to_string(i) + "_ = " + render_op(dialect, node.op, args[0], args[1]) + ";\n";
+    out +=
+        in + "const " + T + " t" + std::to_string(i) + "_ = " + render_op(dialect, node.op, args[0], args[1]) + ";\n";
   }
-  out += in + "const float " + std::string(out_var) + " = " + ref(graph.output()) + ";\n";
+  const ValueRef& result = graph.output();
+  const std::string value = result.kind == ValueRef::Kind::constant && !dialect.splat.empty()
+                                ? std::string(dialect.splat) + "(" + ref(result) + ")"
+                                : ref(result);
+  out += in + "const " + T + " " + std::string(out_var) + " = " + value + ";\n";
   return out;
 }
 

@@ -25,6 +25,8 @@ struct CDialect {
   std::vector<std::pair<std::string_view, std::string_view>> renames;
   // Type of the values expressions compute on ("float", or "__m512" for 16 lanes at once).
   std::string_view value_type = "float";
+  // Function that turns a float literal into a value_type ("" where they are the same type).
+  std::string_view splat = "";
 };
 
 const CDialect& c99_dialect();
@@ -42,9 +44,11 @@ std::string render_vector_math_helpers(const CDialect& dialect);
 // AVX-512 code that holds 16 floats in a __m512: op-table expressions render over __m512
 // operands (GCC's vector extensions give + - * / with scalar operands), with expf renamed to
 // `fusor_expf16` of render_avx512_math_helpers (the same Cody-Waite split and Cephes
-// polynomial as fusor_expf, in fused multiply-adds, 2^n by vscalefps) and fmaxf/fminf to
-// 16-lane versions with C99's NaN rule. Only expressions whose functions have such a
-// spelling render with this dialect (renders_in).
+// polynomial as fusor_expf, in fused multiply-adds, 2^n by vscalefps), tanhf/erff to
+// fusor_tanhf16/fusor_erff16 (fusor_tanhf/fusor_erff's polynomials, branches blended) and
+// fmaxf/fminf to 16-lane versions with C99's NaN rule. Only expressions whose functions have
+// such a spelling render with this dialect (renders_in); float literals become vectors
+// through `splat` where a value must be one.
 const CDialect& c99_avx512_dialect();
 std::string render_avx512_math_helpers(const CDialect& dialect);
 // CUDA C++ compiled by NVRTC: device helpers, `__restrict__`, an extern "C" __global__

@@ -58,9 +58,9 @@ Command add_bench_command(CLI::App& app) {
   CLI::App* sub =
       app.add_subcommand("bench", "Benchmark the x86_avx512 lane against oneDNN and OpenBLAS: per case "
                                   "fusor's time, each peer's, the ratio, GFLOP/s or GB/s, the oracle's error");
-  sub->add_option("SUITE", o->suite, "gemm | gated | attention | norm | all")
+  sub->add_option("SUITE", o->suite, "gemm | gated | attention | norm | pointwise | all")
       ->required()
-      ->check(CLI::IsMember({"gemm", "gated", "attention", "norm", "all"}));
+      ->check(CLI::IsMember({"gemm", "gated", "attention", "norm", "pointwise", "all"}));
   sub->add_option("--filter", o->filter, "Only cases whose name contains TEXT");
   sub->add_flag("--json", o->json, "One JSON object per line per case");
   sub->add_option("--save", o->save, "Also write the machine description and every case to FILE (JSON)");

@@ -135,10 +135,9 @@ Expected<KernelSource> emit_simd(const Region& region, const EmitOptions& option
   head += codegen::render_storage_helpers(codegen::c99_simd_dialect());
   head += codegen::render_vector_math_helpers(codegen::c99_simd_dialect()) + "\n";
   head += kCommonHelpers;
-  if (gemm_kind || kind == RegionKind::attention) {
-    head += simd::micro_kernel_source(tuning.mr);
+  if (gemm_kind || kind == RegionKind::attention) head += simd::micro_kernel_source(tuning.mr);
+  if (gemm_kind || kind == RegionKind::attention || kind == RegionKind::pointwise)
     head += codegen::render_avx512_math_helpers(codegen::c99_avx512_dialect());
-  }
   if (kind == RegionKind::attention) head += simd::attention_pv_source(tuning);
   if (kind == RegionKind::pointwise || kind == RegionKind::pointwise_reduce) head += simd::pointwise_helpers();
 

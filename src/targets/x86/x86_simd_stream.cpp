@@ -3,6 +3,7 @@
 // Norm rows are software-pipelined or staged (norm_chain_body says which and why) so memory
 // sees one read of each input and one write of the output; reductions keep 16 lane accumulators
 // so NaN-propagating combines (amax/amin) vectorise without changing their semantics.
+#include <algorithm>
 #include <functional>
 
 #include "codegen/c_renderer.hpp"
@@ -228,6 +229,21 @@ std::string pointwise_body(const PointwiseGraphRegion& r) {
   const auto& d = c99_simd_dialect();
   std::string s = pointwise_setup(r.graph().input_names().size(), "1");
   // Unit-stride inputs: one vector loop; broadcast inputs: the index arithmetic per element.
+  // When every op renders over __m512 the loop is written 16 lanes at a time (masked tail)
+  // with the AVX-512 helpers: the compiler-vectorised float loop if-converts both branches of
+  // each scalar helper, about 2.5x the instructions for a sigmoid or tanh.
+  const auto& v16 = codegen::c99_avx512_dialect();
+  const auto& nodes = r.graph().nodes();
+  if (std::all_of(nodes.begin(), nodes.end(), [&](const auto& n) { return codegen::renders_in(v16, n.op); })) {
+    s += "  if (contiguous) {\n";
+    s += "    #pragma omp parallel for schedule(static)\n";
+    s += "    for (int64_t i = 0; i < total; i += 16) {\n";
+    s += "      const __mmask16 m = total - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (total - i)) - 1u);\n";
+    s += codegen::render_dag(
+        v16, r.graph(), [](int in) { return "_mm512_maskz_loadu_ps(m, x" + std::to_string(in) + " + i)"; }, "v",
+        "      ");
+    s += "      _mm512_mask_storeu_ps(out + i, m, v);\n    }\n    return 0;\n  }\n";
+  }
   s += "  if (contiguous) {\n";
   s += "    #pragma omp parallel for simd schedule(static)\n";
   s += "    for (int64_t i = 0; i < total; ++i) {\n";

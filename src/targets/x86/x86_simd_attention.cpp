@@ -169,7 +169,10 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   s += "    #pragma omp for schedule(dynamic, 1)\n";
   s += "    for (int64_t item = 0; item < nbh * nqb; ++item) {\n";
   s += "      if (!qp || !ob || !sp) continue;\n";
-  s += "      const int64_t bh = item / nqb, q0 = (item % nqb) * QS * FUSOR_MR;\n";
+  // Causal items grow with their query block: the last blocks of every head go first, so the
+  // dynamic schedule ends on small items instead of one thread finishing a large one alone.
+  s += causal ? "      const int64_t bh = item % nbh, q0 = (nqb - 1 - item / nbh) * QS * FUSOR_MR;\n"
+              : "      const int64_t bh = item / nqb, q0 = (item % nqb) * QS * FUSOR_MR;\n";
   s += "      const int64_t b = bh / heads, h = bh % heads, kvh = b * kv_heads + h / group;\n";
   s += "      const int64_t qrows = M - q0 < QS * FUSOR_MR ? M - q0 : QS * FUSOR_MR, nsub = fusor_cdiv(qrows, "
        "FUSOR_MR);\n";

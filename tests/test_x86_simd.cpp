@@ -3,6 +3,7 @@
 // NaN semantics, and its vector exp/tanh/erf stay within their documented error.
 #include <gtest/gtest.h>
 
+#include <cfloat>
 #include <cmath>
 
 #include "codegen/c_renderer.hpp"
@@ -59,9 +60,13 @@ ProblemShape elementwise(Shape shape) {
   return s;
 }
 
+// Unless a test says otherwise, kernels run on every thread however small the shape (the
+// default `serial` threshold would keep the tests' small shapes on one thread, and the row
+// and panel splits untested); the oracle runs (expect_verified) keep the default.
 ExecuteOptions lane_options(RegionKind kind, std::map<std::string, std::string> knobs = {}) {
   ExecuteOptions o;
   o.candidate = lane(kind);
+  knobs.try_emplace("serial", "0");
   o.emit.options = std::move(knobs);
   o.reference_fallback = false;
   return o;
@@ -102,7 +107,8 @@ void expect_verified(const Region& region, std::map<std::string, std::string> kn
 }
 
 const std::int64_t kRagged[] = {1, 7, 17, 129};
-const std::map<std::string, std::string> kSmallBlocks = {{"kc", "16"}, {"mc", "8"}, {"mr", "6"}};
+// serial = 0: the oracle's small shapes run on every thread too.
+const std::map<std::string, std::string> kSmallBlocks = {{"kc", "16"}, {"mc", "8"}, {"mr", "6"}, {"serial", "0"}};
 
 TEST(X86Simd, RegisteredAsTier2WithOwnEmitter) {
   for (auto kind : {RegionKind::fused, RegionKind::matmul, RegionKind::attention, RegionKind::gated,
@@ -140,6 +146,27 @@ TEST(X86Simd, DeclinesWithReasons) {
     ASSERT_FALSE(a.ok()) << nb;
     EXPECT_EQ(a.error().code, ErrorCode::emit_unsupported);
   }
+}
+
+// Kernels below the `serial` work threshold skip the thread pool (an OpenMP `if` clause in
+// the emitted source); the result is the same either way.
+TEST(X86Simd, SerialThresholdIsAKnob) {
+  REQUIRE_AVX512();
+  const Region region = region_of("norm_chain { norm = layer_norm; weight = true; bias = true }");
+  const Candidate* c = lane(RegionKind::norm_chain);
+  auto dflt = c->emit(region, {});
+  ASSERT_TRUE(dflt.ok()) << dflt.error().str();
+  EXPECT_NE(dflt->source.find("#define FUSOR_SERIAL_BELOW 65536.0"), std::string::npos);
+  EXPECT_NE(dflt->source.find("if (parallel: (double)(rows * row_len * 16) >= FUSOR_SERIAL_BELOW)"), std::string::npos);
+  EmitOptions bad;
+  bad.options = {{"serial", "-1"}};
+  EXPECT_FALSE(c->emit(region, bad).ok());
+  ProblemShape rows;
+  rows.rows = 64, rows.row_len = 64, rows.output = {64, 64};
+  for (const char* serial : {"0", "1073741824"}) expect_matches_reference(region, rows, 11, 1.0, {{"serial", serial}});
+  const Region gemm_region = region_of("fused { epilogue = [bias, gelu_erf] }");
+  for (const char* serial : {"0", "1073741824"})
+    expect_matches_reference(gemm_region, gemm(64, 64, 64), 12, 1.0, {{"serial", serial}});
 }
 
 TEST(X86Simd, OracleVerifiesEveryKind) {
@@ -457,8 +484,9 @@ TEST(X86Simd, VectorExp16ErrorBoundsAndSpecialValues) {
   std::printf("vector exp16: max rel err %.3g\n", e.max_rel);
   EXPECT_LT(e.max_rel, 3e-7);
   const float inf = INFINITY, nan = NAN;
-  const auto sv = run_avx512("fusor_expf16(v)", {nan, inf, -inf, 0.0f, -0.0f, 100.0f, -200.0f, 89.0f, -104.5f});
-  ASSERT_EQ(sv.size(), 9u);
+  const auto sv =
+      run_avx512("fusor_expf16(v)", {nan, inf, -inf, 0.0f, -0.0f, 100.0f, -200.0f, 89.0f, -104.5f, -87.5f, -87.2f});
+  ASSERT_EQ(sv.size(), 11u);
   EXPECT_TRUE(std::isnan(sv[0]));
   EXPECT_EQ(sv[1], inf);
   EXPECT_EQ(sv[2], 0.0f);
@@ -468,6 +496,8 @@ TEST(X86Simd, VectorExp16ErrorBoundsAndSpecialValues) {
   EXPECT_EQ(sv[6], 0.0f);
   EXPECT_EQ(sv[7], inf); // e^89 > FLT_MAX
   EXPECT_EQ(sv[8], 0.0f);
+  EXPECT_EQ(sv[9], 0.0f); // below FLT_MIN: 0, never a (slow) denormal
+  EXPECT_GE(sv[10], FLT_MIN);
 }
 
 TEST(X86Simd, VectorTanhErf16ErrorBoundsAndSpecialValues) {
@@ -547,9 +577,11 @@ TEST(X86Simd, VectorMinMax16NaNRule) {
 TEST(X86Simd, VectorMathSpecialValues) {
   REQUIRE_AVX512();
   const float inf = INFINITY, nan = NAN;
-  const std::vector<float> xs{nan, inf, -inf, 0.0f, -0.0f, 100.0f, -200.0f, 89.0f, 1e-30f};
+  const std::vector<float> xs{nan, inf, -inf, 0.0f, -0.0f, 100.0f, -200.0f, 89.0f, 1e-30f, -87.5f, -87.2f};
   const auto ex = run_unary("exp", xs);
   ASSERT_EQ(ex.size(), xs.size());
+  EXPECT_EQ(ex[9], 0.0f); // below FLT_MIN: 0, never a (slow) denormal
+  EXPECT_GE(ex[10], FLT_MIN);
   EXPECT_TRUE(std::isnan(ex[0]));
   EXPECT_EQ(ex[1], inf);
   EXPECT_EQ(ex[2], 0.0f);

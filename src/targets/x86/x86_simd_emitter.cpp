@@ -44,10 +44,16 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
     int v = 0;
     const auto res = std::from_chars(value.data(), value.data() + value.size(), v);
     const bool number = res.ec == std::errc{} && res.ptr == value.data() + value.size();
-    int* field = key == "mr" ? &t.mr : key == "kc" ? &t.kc : key == "mc" ? &t.mc : key == "nb" ? &t.nb : nullptr;
-    if (!field) return unsupported(kind, "unknown option '" + key + "=" + value + "' (options: mr, kc, mc, nb)");
-    const int lo = key == "mr" ? 4 : (key == "kc" ? 16 : (key == "nb" ? 32 : 1));
-    const int hi = key == "mr" ? 14 : (key == "nb" ? 4096 : 1 << 16);
+    int* field = key == "mr"       ? &t.mr
+                 : key == "kc"     ? &t.kc
+                 : key == "mc"     ? &t.mc
+                 : key == "nb"     ? &t.nb
+                 : key == "serial" ? &t.serial
+                                   : nullptr;
+    if (!field)
+      return unsupported(kind, "unknown option '" + key + "=" + value + "' (options: mr, kc, mc, nb, serial)");
+    const int lo = key == "mr" ? 4 : (key == "kc" ? 16 : (key == "nb" ? 32 : (key == "serial" ? 0 : 1)));
+    const int hi = key == "mr" ? 14 : (key == "nb" ? 4096 : (key == "serial" ? 1 << 30 : 1 << 16));
     if (!number || v < lo || v > hi)
       return unsupported(kind, "option " + key + "=" + value + " is outside " + std::to_string(lo) + ".." +
                                    std::to_string(hi));
@@ -135,6 +141,7 @@ Expected<KernelSource> emit_simd(const Region& region, const EmitOptions& option
   head += codegen::render_storage_helpers(codegen::c99_simd_dialect());
   head += codegen::render_vector_math_helpers(codegen::c99_simd_dialect()) + "\n";
   head += kCommonHelpers;
+  head += "#define FUSOR_SERIAL_BELOW " + std::to_string(tuning.serial) + ".0\n";
   if (gemm_kind || kind == RegionKind::attention) head += simd::micro_kernel_source(tuning.mr);
   if (gemm_kind || kind == RegionKind::attention || kind == RegionKind::pointwise)
     head += codegen::render_avx512_math_helpers(codegen::c99_avx512_dialect());

@@ -18,6 +18,10 @@ namespace fusor::x86::simd {
 
 using codegen::c99_simd_dialect;
 
+std::string omp_parallel(const std::string& work, const std::string& rest) {
+  return "#pragma omp parallel" + rest + " if (parallel: (double)(" + work + ") >= FUSOR_SERIAL_BELOW)";
+}
+
 std::string micro_kernel_source(int mr) {
   const std::string MR = std::to_string(mr);
   std::string s = "#define FUSOR_MR " + MR + "\n";
@@ -119,7 +123,7 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
     s += "    if (!part) return 2;\n  }\n";
   }
   s += "  int failed = 0;\n";
-  s += "  #pragma omp parallel\n  {\n";
+  s += "  " + omp_parallel("M * N * K") + "\n  {\n";
   s += "    int nt = 1;\n#ifdef _OPENMP\n    nt = omp_get_num_threads();\n#endif\n";
   // Work items are (row block, panel chunk). B is packed by the thread that uses it, a few
   // panels at a time into a private buffer that stays in L2: a shared packed copy of all of

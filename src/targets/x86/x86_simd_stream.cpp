@@ -117,7 +117,7 @@ std::string norm_chain_body(const NormChainRegion& r) {
   s += norm_chain_operand_decls(r);
   s += "  if (rows == 0 || row_len == 0) return 0;\n";
   s += "  int failed = 0;\n";
-  s += "  #pragma omp parallel\n  {\n";
+  s += "  " + omp_parallel("rows * row_len * 16") + "\n  {\n";
   s += "    int nt_ = 1, id_ = 0;\n#ifdef _OPENMP\n    nt_ = omp_get_num_threads();\n    id_ = omp_get_thread_num();\n"
        "#endif\n";
   s += "    const int64_t r_lo = rows / nt_ * id_ + (id_ < rows % nt_ ? id_ : rows % nt_);\n";
@@ -236,7 +236,7 @@ std::string pointwise_body(const PointwiseGraphRegion& r) {
   const auto& nodes = r.graph().nodes();
   if (std::all_of(nodes.begin(), nodes.end(), [&](const auto& n) { return codegen::renders_in(v16, n.op); })) {
     s += "  if (contiguous) {\n";
-    s += "    #pragma omp parallel for schedule(static)\n";
+    s += "    " + omp_parallel("total * 16", " for schedule(static)") + "\n";
     s += "    for (int64_t i = 0; i < total; i += 16) {\n";
     s += "      const __mmask16 m = total - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (total - i)) - 1u);\n";
     s += codegen::render_dag(
@@ -245,7 +245,7 @@ std::string pointwise_body(const PointwiseGraphRegion& r) {
     s += "      _mm512_mask_storeu_ps(out + i, m, v);\n    }\n    return 0;\n  }\n";
   }
   s += "  if (contiguous) {\n";
-  s += "    #pragma omp parallel for simd schedule(static)\n";
+  s += "    " + omp_parallel("total * 16", " for simd schedule(static)") + "\n";
   s += "    for (int64_t i = 0; i < total; ++i) {\n";
   s += codegen::render_dag(
       d, r.graph(), [](int in) { return load_contiguous(in, "i"); }, "v", "      ");
@@ -253,7 +253,7 @@ std::string pointwise_body(const PointwiseGraphRegion& r) {
   // Inputs that are contiguous or repeat the last-axis row: rows of unit-stride vector loops.
   s += "  if (rowwise) {\n";
   s += "    const int64_t inner = shape[rank - 1], outer = inner > 0 ? total / inner : 0;\n";
-  s += "    #pragma omp parallel for schedule(static)\n";
+  s += "    " + omp_parallel("total * 16", " for schedule(static)") + "\n";
   s += "    for (int64_t o = 0; o < outer; ++o) {\n";
   for (size_t i = 0; i < r.graph().input_names().size(); ++i) {
     const std::string n = std::to_string(i);
@@ -265,7 +265,7 @@ std::string pointwise_body(const PointwiseGraphRegion& r) {
   s += codegen::render_dag(
       d, r.graph(), [](int in) { return "r" + std::to_string(in) + "[j]"; }, "v", "        ");
   s += "        orow[j] = v;\n      }\n    }\n    return 0;\n  }\n";
-  s += "  #pragma omp parallel for schedule(static)\n";
+  s += "  " + omp_parallel("total * 16", " for schedule(static)") + "\n";
   s += "  for (int64_t i = 0; i < total; ++i) {\n";
   s += codegen::render_dag(
       d, r.graph(), [](int in) { return load_broadcast(in, "i"); }, "v", "    ");
@@ -278,7 +278,7 @@ std::string pointwise_reduce_body(const PointwiseReduceRegion& r) {
   std::string s = pointwise_setup(r.graph().input_names().size(), "2");
   s += "  (void)rowwise;\n";
   const std::string init = codegen::render_reduce_init(d, r.reduce());
-  s += "  #pragma omp parallel for schedule(static)\n";
+  s += "  " + omp_parallel("rows * row_len * 16", " for schedule(static)") + "\n";
   s += "  for (int64_t row = 0; row < rows; ++row) {\n";
   s += "    const int64_t base = row * row_len;\n";
   s += "    float a_[16];\n    for (int l = 0; l < 16; ++l) a_[l] = " + init + ";\n";

@@ -2,7 +2,9 @@
 // it builds passes the oracle like any emitted one.
 #include <gtest/gtest.h>
 
+#include "fusor/operand_gen.hpp"
 #include "fusor/oracle.hpp"
+#include "fusor/reference.hpp"
 #include "fusor/region_text.hpp"
 #include "fusor/target.hpp"
 #include "support/compare.hpp"
@@ -54,6 +56,30 @@ TEST(OneDnnLane, EveryExpressiblePatternPassesTheOracle) {
     ASSERT_TRUE(report.ok()) << report.error().str();
     EXPECT_TRUE(report->verified) << text << "\n" << report->summary();
   }
+}
+
+// One kernel keeps a primitive per shape (up to 8): calls alternating between shapes, more
+// shapes than it keeps (the oldest are rebuilt), each get their own shape's result.
+TEST(OneDnnLane, AlternatingShapesEachRunTheirOwnPrimitive) {
+  const Candidate* lane = onednn(RegionKind::fused);
+  if (!lane) GTEST_SKIP() << "oneDNN was not found at build time: the x86_onednn lane is not registered";
+  testing::use_test_cache();
+  const Region region = parse_region("fused { epilogue = [bias, gelu_erf]; residual = true }").value();
+  ExecuteOptions options;
+  options.candidate = lane;
+  options.reference_fallback = false;
+  for (int round = 0; round < 2; ++round)
+    for (std::int64_t s = 1; s <= 10; ++s) {
+      ProblemShape dims;
+      dims.M = 3 * s, dims.N = 5 + s, dims.K = 17 - s;
+      const auto operands = make_operands(region, dims, static_cast<std::uint64_t>(s), 1.0);
+      auto ref = evaluate_reference(region, operands);
+      ASSERT_TRUE(ref.ok()) << ref.error().str();
+      auto out = execute_on_target(*builtin_registry().target("x86"), region, operands, options);
+      ASSERT_TRUE(out.ok()) << out.error().str();
+      EXPECT_EQ(out->tag, "x86_onednn");
+      EXPECT_TRUE(testing::all_close(out->output, *ref, 1e-4)) << "round " << round << " shape " << s;
+    }
 }
 
 } // namespace

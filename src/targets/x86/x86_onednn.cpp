@@ -64,20 +64,28 @@ Expected<KernelSource> emit_onednn(const Region& region, const EmitOptions& opti
 #include <pthread.h>
 #include <stdint.h>
 
-/* One primitive per process for the last dims seen: creating it costs far more than a call. */
+/* Primitives per process, one per dims seen (the oldest of FUSOR_PRIMS is rebuilt for a
+   new shape): creating one costs far more than a call, and one model calls the same kernel
+   at several shapes (a transformer's projections and its MLP). */
+#define FUSOR_PRIMS 8
+typedef struct {
+  int64_t dims[3];
+  dnnl_primitive_t prim;
+  dnnl_memory_t mem[5];
+} fusor_prim;
 static pthread_mutex_t lock_ = PTHREAD_MUTEX_INITIALIZER;
 static dnnl_engine_t engine_;
 static dnnl_stream_t stream_;
-static dnnl_primitive_t prim_;
-static dnnl_memory_t mem_[5];
-static int64_t dims_[3] = {-1, -1, -1};
+static fusor_prim prims_[FUSOR_PRIMS];
+static int next_;
 
-static int build(int64_t M, int64_t N, int64_t K) {
+static int build(fusor_prim* p, int64_t M, int64_t N, int64_t K) {
   if (!engine_ && (dnnl_engine_create(&engine_, dnnl_cpu, 0) != dnnl_success ||
                    dnnl_stream_create(&stream_, engine_, dnnl_stream_default_flags) != dnnl_success))
     return 0;
-  if (prim_) { dnnl_primitive_destroy(prim_); prim_ = 0; }
-  for (int i = 0; i < 5; ++i) if (mem_[i]) { dnnl_memory_destroy(mem_[i]); mem_[i] = 0; }
+  if (p->prim) { dnnl_primitive_destroy(p->prim); p->prim = 0; }
+  for (int i = 0; i < 5; ++i) if (p->mem[i]) { dnnl_memory_destroy(p->mem[i]); p->mem[i] = 0; }
+  p->dims[0] = p->dims[1] = p->dims[2] = -1;
   dnnl_memory_desc_t a_md, b_md, bias_md, c_md;
   dnnl_dims_t a_dims = {M, K}, b_dims = {K, N}, bias_dims = {1, N}, c_dims = {M, N};
 )";
@@ -101,16 +109,16 @@ static int build(int64_t M, int64_t N, int64_t K) {
   ok = ok && dnnl_primitive_attr_create(&attr) == dnnl_success &&
        dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success &&
        dnnl_primitive_desc_create(&pd, &desc, attr, engine_, NULL) == dnnl_success &&
-       dnnl_primitive_create(&prim_, pd) == dnnl_success;
-  ok = ok && dnnl_memory_create(&mem_[0], &a_md, engine_, DNNL_MEMORY_NONE) == dnnl_success &&
-       dnnl_memory_create(&mem_[1], &b_md, engine_, DNNL_MEMORY_NONE) == dnnl_success &&
-       dnnl_memory_create(&mem_[2], &bias_md, engine_, DNNL_MEMORY_NONE) == dnnl_success &&
-       dnnl_memory_create(&mem_[3], &c_md, engine_, DNNL_MEMORY_NONE) == dnnl_success &&
-       dnnl_memory_create(&mem_[4], &c_md, engine_, DNNL_MEMORY_NONE) == dnnl_success;
+       dnnl_primitive_create(&p->prim, pd) == dnnl_success;
+  ok = ok && dnnl_memory_create(&p->mem[0], &a_md, engine_, DNNL_MEMORY_NONE) == dnnl_success &&
+       dnnl_memory_create(&p->mem[1], &b_md, engine_, DNNL_MEMORY_NONE) == dnnl_success &&
+       dnnl_memory_create(&p->mem[2], &bias_md, engine_, DNNL_MEMORY_NONE) == dnnl_success &&
+       dnnl_memory_create(&p->mem[3], &c_md, engine_, DNNL_MEMORY_NONE) == dnnl_success &&
+       dnnl_memory_create(&p->mem[4], &c_md, engine_, DNNL_MEMORY_NONE) == dnnl_success;
   if (pd) dnnl_primitive_desc_destroy(pd);
   if (attr) dnnl_primitive_attr_destroy(attr);
   if (po) dnnl_post_ops_destroy(po);
-  if (ok) { dims_[0] = M; dims_[1] = N; dims_[2] = K; }
+  if (ok) { p->dims[0] = M; p->dims[1] = N; p->dims[2] = K; }
   return ok;
 }
 
@@ -119,23 +127,31 @@ int fusor_kernel(const void* const* operands, float* out, const int64_t* dims) {
   if (M == 0 || N == 0) return 0;
   if (K == 0) return 2; /* oneDNN rejects empty contractions; the arbiter then uses another lane */
   pthread_mutex_lock(&lock_);
-  int ok = (dims_[0] == M && dims_[1] == N && dims_[2] == K) || build(M, N, K);
+  fusor_prim* p = 0;
+  for (int i = 0; i < FUSOR_PRIMS && !p; ++i)
+    if (prims_[i].prim && prims_[i].dims[0] == M && prims_[i].dims[1] == N && prims_[i].dims[2] == K) p = &prims_[i];
+  int ok = p != 0;
+  if (!p) {
+    p = &prims_[next_];
+    next_ = (next_ + 1) % FUSOR_PRIMS;
+    ok = build(p, M, N, K);
+  }
   if (ok) {
-    dnnl_memory_set_data_handle(mem_[0], (void*)operands[0]);
-    dnnl_memory_set_data_handle(mem_[1], (void*)operands[1]);
-    dnnl_memory_set_data_handle(mem_[3], out);
-    dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, mem_[0]}, {DNNL_ARG_WEIGHTS, mem_[1]}, {DNNL_ARG_DST, mem_[3]}};
+    dnnl_memory_set_data_handle(p->mem[0], (void*)operands[0]);
+    dnnl_memory_set_data_handle(p->mem[1], (void*)operands[1]);
+    dnnl_memory_set_data_handle(p->mem[3], out);
+    dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, p->mem[0]}, {DNNL_ARG_WEIGHTS, p->mem[1]}, {DNNL_ARG_DST, p->mem[3]}};
     int n = 3;
 )";
   if (bias)
-    s += "    dnnl_memory_set_data_handle(mem_[2], (void*)operands[2]);\n    args[n].arg = DNNL_ARG_BIAS; "
-         "args[n++].memory = mem_[2];\n";
+    s += "    dnnl_memory_set_data_handle(p->mem[2], (void*)operands[2]);\n    args[n].arg = DNNL_ARG_BIAS; "
+         "args[n++].memory = p->mem[2];\n";
   if (f.residual())
-    s += "    dnnl_memory_set_data_handle(mem_[4], (void*)operands[" + std::to_string(bias ? 3 : 2) +
+    s += "    dnnl_memory_set_data_handle(p->mem[4], (void*)operands[" + std::to_string(bias ? 3 : 2) +
          "]);\n    args[n].arg = DNNL_ARG_ATTR_MULTIPLE_POST_OP(" + std::to_string(residual_index) +
-         ") | DNNL_ARG_SRC_1; args[n++].memory = mem_[4];\n";
+         ") | DNNL_ARG_SRC_1; args[n++].memory = p->mem[4];\n";
   s +=
-      R"(    ok = dnnl_primitive_execute(prim_, stream_, n, args) == dnnl_success && dnnl_stream_wait(stream_) == dnnl_success;
+      R"(    ok = dnnl_primitive_execute(p->prim, stream_, n, args) == dnnl_success && dnnl_stream_wait(stream_) == dnnl_success;
   }
   pthread_mutex_unlock(&lock_);
   return ok ? 0 : 2;

@@ -436,11 +436,18 @@ TEST_F(CliLanes, VerifyBringYourOwnKernel) {
 TEST_F(CliLanes, RunWithoutArgumentsRunsTheEmbeddedModel) {
   // The embedded default is an ONNX model; a build without libonnx (the GPU machine) says so.
   if (!onnx_import_available()) GTEST_SKIP() << "built without libonnx: the embedded ONNX model cannot be read";
-  const auto r = fusor_env("run");
+  const auto r = fusor_env("run --repeats 2");
   ASSERT_EQ(r.code, 0) << r.err << r.out;
   EXPECT_NE(r.out.find("region"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("attention"), std::string::npos) << "the default is a transformer block:\n" << r.out;
   EXPECT_NE(r.out.find("oracle"), std::string::npos) << r.out;
+  // Where fusor's end-to-end time goes: kernels, native ops, the rest.
+  EXPECT_NE(r.out.find("fusor's time: region kernels"), std::string::npos) << r.out;
+  // --repeats times a model; a region file or --examples has nothing to repeat.
+  const auto stray = fusor_env("run --examples --repeats 3");
+  EXPECT_EQ(stray.code, 2) << stray.out;
+  EXPECT_NE(stray.err.find("--repeats applies to a model"), std::string::npos) << stray.err;
+  EXPECT_EQ(fusor_env("run --repeats 0").code, 2);
 }
 
 // `fusor bench --json`: one JSON object per case with fusor's time and rate, each peer's time

@@ -124,5 +124,31 @@ TEST(Discovery, ExecutionWithRegionsMatchesNativeExecution) {
   }
 }
 
+// Repeated runs keep the region operands (RegionOperands): constants are converted once,
+// computed values are lent and returned. New inputs must still give new results, a value
+// used twice by one region (x as A and as the residual) reaches both slots, and the values
+// a region borrowed are intact afterwards for the nodes after it.
+TEST(Discovery, KeptOperandsFollowNewInputsAcrossRuns) {
+  testing::use_test_cache();
+  auto f = discover("input x: f32[4, 8]\nconst w: f32[8, 8] = normal(seed=1, scale=0.3)\n"
+                    "const b: f32[8] = normal(seed=2, scale=0.1)\n"
+                    "y = matmul(x, w)\nz = add(y, b)\no1 = add(z, x)\no = mul(o1, x)\noutput o\n");
+  ASSERT_EQ(f.d.regions.size(), 1u);
+  EXPECT_EQ(f.d.regions[0].operands, (std::vector<std::string>{"x", "w", "b", "x"}));
+  RegionOperands kept;
+  for (std::uint64_t seed = 0; seed < 3; ++seed) {
+    ValueMap in;
+    in["x"] = GraphTensor::f32({4, 8}, normal_values(32, 40 + seed, 1.0));
+    auto fused = execute_graph(f.graph, f.d, in, &kept);
+    ASSERT_TRUE(fused.ok()) << fused.error().str();
+    ASSERT_EQ(fused->regions.size(), 1u);
+    EXPECT_EQ(fused->values.at("x").f, in["x"].f) << "x was lent to the region and must come back whole";
+    auto native = run_graph_native(f.graph, in);
+    ASSERT_TRUE(native.ok());
+    EXPECT_TRUE(testing::all_close(fused->values.at("o").to_tensor(), native->at("o").to_tensor(), 1e-4, 1e-4))
+        << "run " << seed;
+  }
+}
+
 } // namespace
 } // namespace fusor

@@ -51,6 +51,33 @@ TEST(GraphKernels, ShapeOps) {
   EXPECT_EQ((*run("reshape", {&x, &spec}))[0].shape, (Shape{3, 2}));
   auto t = run("transpose", {&x}, {{"perm", std::vector<std::int64_t>{1, 0}}});
   EXPECT_EQ((*t)[0].f, (std::vector<float>{0, 3, 1, 4, 2, 5}));
+  // Rows copied whole (the last axis stays) and strided (it moves), f32 and i64 alike.
+  std::vector<float> x4f(2 * 3 * 2 * 2);
+  std::vector<std::int64_t> x4i(x4f.size());
+  for (size_t k = 0; k < x4f.size(); ++k) x4f[k] = static_cast<float>(x4i[k] = static_cast<std::int64_t>(k));
+  const auto x4 = GraphTensor::f32({2, 3, 2, 2}, x4f), x4n = GraphTensor::i64({2, 3, 2, 2}, x4i);
+  for (const auto& perm : {std::vector<std::int64_t>{0, 2, 1, 3}, std::vector<std::int64_t>{3, 1, 0, 2}}) {
+    const auto tf = run("transpose", {&x4}, {{"perm", perm}});
+    const auto ti = run("transpose", {&x4n}, {{"perm", perm}});
+    ASSERT_TRUE(tf.ok() && ti.ok());
+    const Shape in{2, 3, 2, 2};
+    Shape out;
+    for (auto p : perm) out.push_back(in[static_cast<size_t>(p)]);
+    EXPECT_EQ((*tf)[0].shape, out);
+    // Element at output index o is the input element whose index along perm[d] is o[d].
+    std::int64_t k = 0;
+    for (std::int64_t a = 0; a < out[0]; ++a)
+      for (std::int64_t b = 0; b < out[1]; ++b)
+        for (std::int64_t c = 0; c < out[2]; ++c)
+          for (std::int64_t d = 0; d < out[3]; ++d, ++k) {
+            std::int64_t idx[4];
+            const std::int64_t o[4] = {a, b, c, d};
+            for (size_t q = 0; q < 4; ++q) idx[perm[q]] = o[q];
+            const std::int64_t src = ((idx[0] * 3 + idx[1]) * 2 + idx[2]) * 2 + idx[3];
+            EXPECT_EQ((*tf)[0].f[static_cast<size_t>(k)], static_cast<float>(src));
+            EXPECT_EQ((*ti)[0].i[static_cast<size_t>(k)], src);
+          }
+  }
   // x[:, ::-2] over columns: starts -1, ends INT64_MIN, step -2 → columns 2, 0.
   const auto st = GraphTensor::i64({1}, {-1}), en = GraphTensor::i64({1}, {std::numeric_limits<std::int64_t>::min()}),
              ax = GraphTensor::i64({1}, {1}), sp = GraphTensor::i64({1}, {-2});

@@ -132,6 +132,10 @@ private:
     DispatchLog log;
   };
   std::map<std::string, Decision> decisions_;
+  // Canonical texts of the regions dispatched lately: the memo key is built from the text on
+  // every dispatch, and comparing a region costs far less than printing it.
+  std::vector<std::pair<Region, std::string>> printed_;
+  const std::string& printed(const Region& region);
 
   const Registry& registry_;
   Corpus* corpus_;

@@ -27,13 +27,23 @@ struct RegionRun {
 };
 
 struct GraphRun {
-  ValueMap values; // every value of the run
+  ValueMap values; // the run's inputs, computed values and outputs (constants stay in the graph)
   std::vector<RegionRun> regions;
   std::vector<double> node_ms; // native time per graph node (0 for nodes inside regions)
   double total_ms = 0;
 };
 
-// `discovery` may be empty (no regions): everything then runs natively.
-Expected<GraphRun> execute_graph(const Graph& graph, const Discovery& discovery, const ValueMap& inputs);
+// Region operand tensors kept between runs of one graph and discovery (a caller that runs
+// them repeatedly owns one): constants such as weights are converted once, the other
+// operands are refilled in place, so a run neither copies every weight nor allocates.
+struct RegionOperands {
+  std::vector<std::vector<Tensor>> slots;        // per region, its operands
+  std::vector<std::vector<bool>> constant_ready; // per region and operand: a constant already there
+};
+
+// `discovery` may be empty (no regions): everything then runs natively. `kept` must come
+// from earlier runs of the same graph and discovery, or be fresh.
+Expected<GraphRun> execute_graph(const Graph& graph, const Discovery& discovery, const ValueMap& inputs,
+                                 RegionOperands* kept = nullptr);
 
 } // namespace fusor

@@ -108,14 +108,25 @@ Status check_abi_range(const Region& region, const ProblemShape& shape, std::spa
 
 } // namespace
 
-Expected<PreparedCall> prepare_call(const Region& region, std::span<const Tensor> operands) {
+Expected<PreparedCall> prepare_call(const Region& region, std::span<const Tensor> operands, OperandUse use) {
   PreparedCall call;
   FUSOR_TRY_ASSIGN(call.shape, check_operands(region, operands));
   FUSOR_TRY(check_abi_range(region, call.shape, operands));
   const DType storage = region_storage(region);
-  for (const auto& t : operands) call.operand_bytes.push_back(pack_operand(t, storage));
+  const bool as_is = storage != DType::f16 && storage != DType::bf16;
+  if (use == OperandUse::copy || !as_is)
+    for (const auto& t : operands) call.operand_bytes.push_back(pack_operand(t, storage));
   call.dims = abi_dims(region, call.shape, operands);
   return call;
+}
+
+std::vector<const void*> operand_pointers(const PreparedCall& call, std::span<const Tensor> operands) {
+  std::vector<const void*> ptrs;
+  if (call.operand_bytes.empty())
+    for (const auto& t : operands) ptrs.push_back(t.data.data());
+  else
+    for (const auto& bytes : call.operand_bytes) ptrs.push_back(bytes.data());
+  return ptrs;
 }
 
 std::vector<std::int64_t> spec_dims(RegionKind kind, const EmitOptions& options) {

@@ -40,12 +40,19 @@ std::vector<std::int64_t> abi_dims(const Region& region, const ProblemShape& sha
 // bytes (f32 as is, f16/bf16 as 16-bit patterns), the dims array, the output shape.
 struct PreparedCall {
   ProblemShape shape;
-  std::vector<std::string> operand_bytes;
+  std::vector<std::string> operand_bytes; // empty when the operands are borrowed (below)
   std::vector<std::int64_t> dims;
 };
+// How prepare_call treats f32 operands of an f32-storage region: `copy` packs them like any
+// other (a call that outlives the tensors or crosses a process), `borrow` leaves
+// operand_bytes empty so an in-process call reads the tensors where they are.
+enum class OperandUse { copy, borrow };
 // E_SHAPE_MISMATCH / E_FUSED_EPILOGUE_MISSING_OPERAND before any byte is packed; sizes past
 // the ABI's int64 range are refused too.
-Expected<PreparedCall> prepare_call(const Region& region, std::span<const Tensor> operands);
+Expected<PreparedCall> prepare_call(const Region& region, std::span<const Tensor> operands,
+                                    OperandUse use = OperandUse::copy);
+// The kernel's operand pointers: into call.operand_bytes, or the borrowed tensors' data.
+std::vector<const void*> operand_pointers(const PreparedCall& call, std::span<const Tensor> operands);
 
 // KernelSource::spec_dims for an emit: the static dims, a bucket's upper bounds, or none.
 std::vector<std::int64_t> spec_dims(RegionKind kind, const EmitOptions& options);

@@ -24,23 +24,48 @@ Expected<std::int64_t> norm_axis(const Node& node, std::int64_t axis, std::int64
 std::vector<std::int64_t> strides_of(const Shape& shape);
 
 // Output shape and, per input, the stride of each output dimension (0 where broadcast).
+// A node's outputs. Built by moving: a braced std::vector<GraphTensor>{...} copies every
+// tensor out of its initializer list.
+template <class... T> Outs outs(T&&... t) {
+  std::vector<GraphTensor> v;
+  v.reserve(sizeof...(t));
+  (v.push_back(std::forward<T>(t)), ...);
+  return v;
+}
+inline Outs one(GraphTensor t) { return outs(std::move(t)); }
+
 struct Broadcast {
   Shape out;
   std::vector<std::vector<std::int64_t>> strides;
-  // f(k, offsets): k the output element, offsets[i] the element of input i.
-  template <class F> void for_each(F&& f) const {
+  // f(k, offsets, n): output elements k..k+n-1, one row of the last axis; input i's element
+  // of k + j is offsets[i] + j · strides[i].back(). A call per row lets kernels copy or loop
+  // over a run instead of paying the index walk per element.
+  template <class F> void for_each_row(F&& f) const {
     const size_t rank = out.size(), n_in = strides.size();
     const std::int64_t total = shape_numel(out);
     std::vector<std::int64_t> idx(rank, 0), off(n_in, 0);
-    for (std::int64_t k = 0; k < total; ++k) {
-      f(k, off.data());
-      for (size_t d = rank; d-- > 0;) {
+    if (total == 0) return;
+    const std::int64_t row = rank == 0 ? 1 : out[rank - 1];
+    for (std::int64_t k = 0; k < total; k += row) {
+      f(k, off.data(), row);
+      for (size_t d = rank == 0 ? 0 : rank - 1; d-- > 0;) {
         for (size_t i = 0; i < n_in; ++i) off[i] += strides[i][d];
         if (++idx[d] < out[d]) break;
         for (size_t i = 0; i < n_in; ++i) off[i] -= strides[i][d] * out[d];
         idx[d] = 0;
       }
     }
+  }
+  // f(k, offsets): k the output element, offsets[i] the element of input i.
+  template <class F> void for_each(F&& f) const {
+    std::vector<std::int64_t> step(strides.size(), 0), cur(strides.size(), 0);
+    for (size_t i = 0; i < strides.size() && !out.empty(); ++i) step[i] = strides[i].back();
+    for_each_row([&](std::int64_t k, const std::int64_t* off, std::int64_t n) {
+      for (std::int64_t j = 0; j < n; ++j) {
+        for (size_t i = 0; i < cur.size(); ++i) cur[i] = off[i] + j * step[i];
+        f(k + j, cur.data());
+      }
+    });
   }
 };
 Expected<Broadcast> broadcast(const Node& node, const std::vector<Shape>& shapes);

@@ -79,12 +79,12 @@ Outs table_unary(const Node& node, Op op, const GraphTensor& x) {
   if (x.type == ElemType::f32) {
     GraphTensor y = GraphTensor::zeros(ElemType::f32, x.shape);
     for (size_t k = 0; k < x.f.size(); ++k) y.f[k] = static_cast<float>(info.reference(x.f[k], 0.0));
-    return std::vector<GraphTensor>{std::move(y)};
+    return outs(std::move(y));
   }
   if (x.type == ElemType::boolean || !int_unary(op, 0)) return bad(node, "'" + node.op + "' needs an f32 input");
   GraphTensor y = GraphTensor::zeros(ElemType::i64, x.shape);
   for (size_t k = 0; k < x.i.size(); ++k) y.i[k] = *int_unary(op, x.i[k]);
-  return std::vector<GraphTensor>{std::move(y)};
+  return outs(std::move(y));
 }
 
 Outs binary(const Node& node, const GraphTensor& a, const GraphTensor& b) {
@@ -112,7 +112,7 @@ Outs binary(const Node& node, const GraphTensor& a, const GraphTensor& b) {
       }
       y.i[static_cast<size_t>(k)] = r ? 1 : 0;
     });
-    return std::vector<GraphTensor>{std::move(y)};
+    return outs(std::move(y));
   }
   if (in_list(kLogic, op)) {
     FUSOR_TRY(want_type(node, a, ElemType::boolean, "input 0"));
@@ -122,7 +122,7 @@ Outs binary(const Node& node, const GraphTensor& a, const GraphTensor& b) {
       const bool x = a.i[static_cast<size_t>(off[0])] != 0, z = b.i[static_cast<size_t>(off[1])] != 0;
       y.i[static_cast<size_t>(k)] = (op == "and" ? (x && z) : op == "or" ? (x || z) : (x != z)) ? 1 : 0;
     });
-    return std::vector<GraphTensor>{std::move(y)};
+    return outs(std::move(y));
   }
   if (op == "pow") {
     if (a.type == ElemType::f32) {
@@ -130,13 +130,13 @@ Outs binary(const Node& node, const GraphTensor& a, const GraphTensor& b) {
       bc.for_each([&](std::int64_t k, const std::int64_t* off) {
         y.f[static_cast<size_t>(k)] = static_cast<float>(std::pow(a.at(off[0]), b.at(off[1])));
       });
-      return std::vector<GraphTensor>{std::move(y)};
+      return outs(std::move(y));
     }
     GraphTensor y = GraphTensor::zeros(ElemType::i64, bc.out);
     bc.for_each([&](std::int64_t k, const std::int64_t* off) {
       y.i[static_cast<size_t>(k)] = to_i64(std::pow(a.at(off[0]), b.at(off[1])));
     });
-    return std::vector<GraphTensor>{std::move(y)};
+    return outs(std::move(y));
   }
   if (a.type != b.type)
     return bad(node, "inputs have different dtypes (" + std::string(elem_type_name(a.type)) + ", " +
@@ -164,7 +164,7 @@ Outs binary(const Node& node, const GraphTensor& a, const GraphTensor& b) {
       y.i[u] = r;
     });
     if (div_zero) return bad(node, "integer modulo by zero");
-    return std::vector<GraphTensor>{std::move(y)};
+    return outs(std::move(y));
   }
   auto top = table_op(op);
   if (!top || op_info(*top).arity != 2) return bad(node, "not a binary op");
@@ -180,7 +180,7 @@ Outs binary(const Node& node, const GraphTensor& a, const GraphTensor& b) {
             static_cast<float>(info.reference(a.f[static_cast<size_t>(off[0])], b.f[static_cast<size_t>(off[1])]));
       });
     }
-    return std::vector<GraphTensor>{std::move(y)};
+    return outs(std::move(y));
   }
   if (a.type == ElemType::boolean) return bad(node, "'" + op + "' needs f32 or i64 inputs, got bool");
   GraphTensor y = GraphTensor::zeros(ElemType::i64, bc.out);
@@ -191,7 +191,7 @@ Outs binary(const Node& node, const GraphTensor& a, const GraphTensor& b) {
     y.i[static_cast<size_t>(k)] = r.value_or(0);
   });
   if (failed) return bad(node, "integer '" + op + "' failed (division by zero, or no integer form)");
-  return std::vector<GraphTensor>{std::move(y)};
+  return outs(std::move(y));
 }
 
 Outs where(const Node& node, const GraphTensor& c, const GraphTensor& x, const GraphTensor& y) {
@@ -208,7 +208,7 @@ Outs where(const Node& node, const GraphTensor& c, const GraphTensor& x, const G
     else
       out.i[static_cast<size_t>(k)] = src.i[o];
   });
-  return std::vector<GraphTensor>{std::move(out)};
+  return outs(std::move(out));
 }
 
 } // namespace
@@ -231,24 +231,24 @@ Outs run_elementwise(const Node& node, Ins in) {
   const std::string& op = node.op;
   if (op == "identity") {
     FUSOR_TRY(arity(node, in, 1, 1));
-    return std::vector<GraphTensor>{*in[0]};
+    return outs(*in[0]);
   }
   if (op == "cast") {
     FUSOR_TRY(arity(node, in, 1, 1));
     auto to = elem_type_from_name(node.attr_string("to", ""));
     if (!to) return bad(node, "attribute 'to' must be f32, i64 or bool");
-    return std::vector<GraphTensor>{cast_to(*in[0], *to)};
+    return outs(cast_to(*in[0], *to));
   }
   if (op == "cast_like") {
     FUSOR_TRY(arity(node, in, 2, 2));
-    return std::vector<GraphTensor>{cast_to(*in[0], in[1]->type)};
+    return outs(cast_to(*in[0], in[1]->type));
   }
   if (op == "not") {
     FUSOR_TRY(arity(node, in, 1, 1));
     FUSOR_TRY(want_type(node, *in[0], ElemType::boolean, "input 0"));
     GraphTensor y = *in[0];
     for (auto& v : y.i) v = v ? 0 : 1;
-    return std::vector<GraphTensor>{std::move(y)};
+    return outs(std::move(y));
   }
   if (op == "where") {
     FUSOR_TRY(arity(node, in, 3, 3));

@@ -14,8 +14,6 @@ namespace {
 constexpr std::string_view kNames[] = {"matmul",      "softmax",    "layer_norm", "rmsnorm",  "reduce_sum",
                                        "reduce_mean", "reduce_max", "reduce_min", "attention"};
 
-Outs one(GraphTensor t) { return std::vector<GraphTensor>{std::move(t)}; }
-
 // ---- matmul: numpy semantics (1-D operands promoted, batch dims broadcast) ----------------
 Outs run_matmul(const Node& node, const GraphTensor& a, const GraphTensor& b) {
   FUSOR_TRY(want_type(node, a, ElemType::f32, "A"));
@@ -129,7 +127,7 @@ Outs run_norm(const Node& node, Ins in, RowNorm norm) {
       });
     }
   }
-  return std::vector<GraphTensor>{std::move(y), std::move(mean), std::move(inv)};
+  return outs(std::move(y), std::move(mean), std::move(inv));
 }
 
 // ---- reductions over any set of axes -----------------------------------------------------
@@ -340,7 +338,7 @@ Outs run_attention(const Node& node, Ins in) {
           std::copy_n(Y.f.data() + ((b * Hq + h) * S + s) * Dv, Dv, y3.f.data() + ((b * S + s) * Hq + h) * Dv);
     Y = std::move(y3);
   }
-  return std::vector<GraphTensor>{std::move(Y), std::move(K), std::move(V), std::move(QK)};
+  return outs(std::move(Y), std::move(K), std::move(V), std::move(QK));
 }
 
 } // namespace

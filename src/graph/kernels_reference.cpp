@@ -16,8 +16,6 @@
 namespace fusor::graph_kernels {
 namespace {
 
-Outs one(GraphTensor t) { return std::vector<GraphTensor>{std::move(t)}; }
-
 double table(Op op, double x) { return op_info(op).reference(x, 0.0); }
 
 // ---- unary: y = f(x, p0, p1), p0/p1 read from attributes --------------------------------

@@ -25,8 +25,6 @@ GraphTensor with_shape(GraphTensor t, Shape s) {
   return t;
 }
 
-Outs one(GraphTensor t) { return std::vector<GraphTensor>{std::move(t)}; }
-
 Outs run_shape(const Node& node, const GraphTensor& x) {
   const auto rank = static_cast<std::int64_t>(x.shape.size());
   auto clampi = [&](std::int64_t v) { return std::clamp(v < 0 ? v + rank : v, std::int64_t{0}, rank); };
@@ -94,7 +92,22 @@ Outs run_transpose(const Node& node, const GraphTensor& x) {
   }
   b.strides.push_back(std::move(strides));
   GraphTensor y = GraphTensor::zeros(x.type, b.out);
-  b.for_each([&](std::int64_t k, const std::int64_t* off) { put(y, k, x, off[0]); });
+  const std::int64_t step = b.out.empty() ? 0 : b.strides[0].back();
+  // A row of the output is one strided run of the input (contiguous when the last axis stays).
+  auto rows = [&](const auto& src, auto& dst) {
+    b.for_each_row([&](std::int64_t k, const std::int64_t* off, std::int64_t n) {
+      auto* d = dst.data() + k;
+      const auto* s = src.data() + off[0];
+      if (step == 1)
+        std::copy_n(s, n, d);
+      else
+        for (std::int64_t j = 0; j < n; ++j) d[j] = s[j * step];
+    });
+  };
+  if (x.type == ElemType::f32)
+    rows(x.f, y.f);
+  else
+    rows(x.i, y.i);
   return one(std::move(y));
 }
 

@@ -89,12 +89,20 @@ std::string shape_bucket(const Region& region, const ProblemShape& shape) {
 Arbiter::Arbiter(const Registry& registry, Corpus* corpus, CandidateTimer timer)
     : registry_(registry), corpus_(corpus), timer_(std::move(timer)) {}
 
+const std::string& Arbiter::printed(const Region& region) {
+  constexpr size_t kKept = 64; // a model's regions; beyond that the oldest text is printed again
+  for (const auto& [seen, text] : printed_)
+    if (seen == region) return text;
+  if (printed_.size() >= kKept) printed_.erase(printed_.begin());
+  return printed_.emplace_back(region, print_region(region)).second;
+}
+
 Expected<Dispatch> Arbiter::dispatch(const Region& region, std::span<const Tensor> operands,
                                      const ArbiterOptions& options) {
   FUSOR_TRY_ASSIGN(const ProblemShape shape, check_operands(region, operands));
   const RegionKind kind = region_kind(region);
   DispatchLog log;
-  log.region = print_region(region);
+  log.region = printed(region);
   log.kind = region_kind_name(kind);
   log.bucket = shape_bucket(region, shape);
 

@@ -30,6 +30,7 @@ struct RunOptions {
   LaneFlags lanes;
   bool examples = false;
   bool allow_reference = false;
+  int repeats = ModelRunOptions{}.repeats;
 };
 
 bool is_model_file(const std::string& file) {
@@ -43,6 +44,7 @@ int run_model_file(const RunOptions& o) {
   mo.inputs = o.inputs;
   mo.out_dir = o.out;
   mo.allow_reference = o.allow_reference;
+  mo.repeats = o.repeats;
   return run_model(mo, std::cout, std::cerr);
 }
 
@@ -205,17 +207,25 @@ Command add_run_command(CLI::App& app) {
       "check-onnx --help) on the "
       "double-precision reference evaluator instead of rejecting the model; they are never fused, and the "
       "report names them");
+  auto* repeats = sub->add_option("--repeats", o->repeats,
+                                  "With a model: timed runs after the warm-up; the report gives their medians "
+                                  "(ONNX Runtime runs as many)")
+                      ->check(CLI::PositiveNumber)
+                      ->capture_default_str();
   sub->footer(operand_order_help() +
               "With a region FILE, prints `lane=<lane that ran> time_ms=<kernel time>` and the output shape. With a "
               "model, --in takes the graph inputs in order and --out names a directory for the outputs.\n"
               "FUSOR_VERBOSE=1 logs every dispatch: each candidate and why it lost.");
-  return {sub, [o, in, out, region] {
+  return {sub, [o, in, out, region, repeats] {
             if (o->lanes.target != "reference")
               if (auto targets = resolve_targets(o->lanes.target); !targets) return fail("fusor run", targets.error());
             if (o->allow_reference && (o->examples || !(o->file.empty() || is_model_file(o->file))))
               return fail("fusor run",
                           make_error(ErrorCode::bad_argument, "--allow-reference applies to a model (.onnx), not to "
                                                               "regions or --examples"));
+            if (repeats->count() > 0 && (o->examples || !(o->file.empty() || is_model_file(o->file))))
+              return fail("fusor run", make_error(ErrorCode::bad_argument, "--repeats applies to a model, not to "
+                                                                           "regions or --examples"));
             if (o->examples) return run_examples(o->lanes);
             if (o->file.empty() || is_model_file(o->file)) {
               if (o->file.empty() && in->count() + out->count() + region->count() > 0)

@@ -23,7 +23,6 @@ Expected<std::vector<std::int64_t>> ints_of(const Node& node, const GraphTensor&
 Expected<std::int64_t> norm_axis(const Node& node, std::int64_t axis, std::int64_t rank);
 std::vector<std::int64_t> strides_of(const Shape& shape);
 
-// Output shape and, per input, the stride of each output dimension (0 where broadcast).
 // A node's outputs. Built by moving: a braced std::vector<GraphTensor>{...} copies every
 // tensor out of its initializer list.
 template <class... T> Outs outs(T&&... t) {
@@ -34,6 +33,7 @@ template <class... T> Outs outs(T&&... t) {
 }
 inline Outs one(GraphTensor t) { return outs(std::move(t)); }
 
+// Output shape and, per input, the stride of each output dimension (0 where broadcast).
 struct Broadcast {
   Shape out;
   std::vector<std::vector<std::int64_t>> strides;

@@ -107,6 +107,32 @@ TEST(Arbiter, WithoutMeasurementsHighestTierThenRegistrationOrder) {
   EXPECT_EQ(d2->log.winner, "gen_c"); // higher tier
 }
 
+// A decision is remembered per region, shape bucket and options: the same ones again run the
+// winner without a new selection; a new bucket, a different accuracy budget (even one that
+// prints as 0.000000 to six decimals) or an equal region written anew are told apart or not
+// exactly as their meaning says.
+TEST(Arbiter, DecisionsAreRememberedPerRegionBucketAndOptions) {
+  Registry reg = test_registry();
+  Arbiter arbiter(reg, nullptr, fake_timer({{"gen_a", {2.0, 0.01}}, {"gen_b", {1.0, 0.01}}}));
+  const auto ops = operands();
+  ArbiterOptions tight, tighter; // one selection each: logs() grows by one per selection
+  tight.caller_atol = 1e-7;
+  tighter.caller_atol = 1e-8;
+  ASSERT_TRUE(arbiter.dispatch(kRegion, ops, tight).ok());
+  ASSERT_TRUE(arbiter.dispatch(kRegion, ops, tight).ok());
+  EXPECT_EQ(arbiter.logs().size(), 1u) << "the same region, bucket and options: remembered";
+  ASSERT_TRUE(arbiter.dispatch(parse_region("fused { epilogue = [bias, gelu] }").value(), ops, tight).ok());
+  EXPECT_EQ(arbiter.logs().size(), 1u) << "an equal region parsed again is the same region";
+  ASSERT_TRUE(arbiter.dispatch(kRegion, ops, tighter).ok());
+  EXPECT_EQ(arbiter.logs().size(), 2u) << "another accuracy budget is another decision";
+  ProblemShape big;
+  big.M = 300, big.N = 13, big.K = 31;
+  auto d = arbiter.dispatch(kRegion, make_operands(kRegion, big, 8, 0.5), tight);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(arbiter.logs().size(), 3u) << "another shape bucket is another decision";
+  EXPECT_EQ(d->log.bucket, "M<=512,N<=16,K<=32");
+}
+
 TEST(Arbiter, DisplacesOnlyBeyondNoise) {
   Registry reg = test_registry();
   Arbiter arbiter(reg, nullptr, fake_timer({{"gen_a", {1.00, 0.08}}, {"gen_b", {0.95, 0.08}}}));

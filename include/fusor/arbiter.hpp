@@ -131,11 +131,20 @@ private:
     Artifact artifact;
     DispatchLog log;
   };
-  std::map<std::string, Decision> decisions_;
-  // Canonical texts of the regions dispatched lately: the memo key is built from the text on
-  // every dispatch, and comparing a region costs far less than printing it.
-  std::vector<std::pair<Region, std::string>> printed_;
-  const std::string& printed(const Region& region);
+  // The memo's key: the region (by its canonical text's id), its shape bucket and the
+  // options that change the choice. Built without strings: a dispatch pays it every call.
+  struct DecisionKey {
+    std::size_t region = 0;
+    std::vector<std::int64_t> bucket;
+    std::string options;
+    auto operator<=>(const DecisionKey&) const = default;
+  };
+  std::map<DecisionKey, Decision> decisions_;
+  // A stable id per canonical region text, and the regions dispatched lately with theirs:
+  // comparing a region costs far less than printing it.
+  std::map<std::string, std::size_t> region_ids_;
+  std::vector<std::pair<Region, std::size_t>> recent_;
+  std::size_t region_id(const Region& region);
 
   const Registry& registry_;
   Corpus* corpus_;

@@ -3,6 +3,7 @@
 #include "fusor/arbiter.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <sstream>
 
@@ -89,26 +90,27 @@ std::string shape_bucket(const Region& region, const ProblemShape& shape) {
 Arbiter::Arbiter(const Registry& registry, Corpus* corpus, CandidateTimer timer)
     : registry_(registry), corpus_(corpus), timer_(std::move(timer)) {}
 
-const std::string& Arbiter::printed(const Region& region) {
-  constexpr size_t kKept = 64; // a model's regions; beyond that the oldest text is printed again
-  for (const auto& [seen, text] : printed_)
-    if (seen == region) return text;
-  if (printed_.size() >= kKept) printed_.erase(printed_.begin());
-  return printed_.emplace_back(region, print_region(region)).second;
+std::size_t Arbiter::region_id(const Region& region) {
+  constexpr std::size_t kRecent = 64; // a model's regions; beyond that the oldest is printed again
+  for (const auto& [seen, id] : recent_)
+    if (seen == region) return id;
+  const std::size_t id = region_ids_.try_emplace(print_region(region), region_ids_.size()).first->second;
+  if (recent_.size() >= kRecent) recent_.erase(recent_.begin());
+  recent_.emplace_back(region, id);
+  return id;
 }
 
 Expected<Dispatch> Arbiter::dispatch(const Region& region, std::span<const Tensor> operands,
                                      const ArbiterOptions& options) {
   FUSOR_TRY_ASSIGN(const ProblemShape shape, check_operands(region, operands));
   const RegionKind kind = region_kind(region);
-  DispatchLog log;
-  log.region = printed(region);
-  log.kind = region_kind_name(kind);
-  log.bucket = shape_bucket(region, shape);
-
-  std::string decision_key = log.region + "|" + log.bucket + "|" + (options.force ? *options.force : "") + "|" +
-                             (options.no_verify ? "nv" : "v") + "|" + std::to_string(options.caller_atol);
-  for (const auto& t : options.targets) decision_key += "|" + t;
+  DecisionKey decision_key{region_id(region), codegen::abi_dim_values(kind, shape), {}};
+  for (auto& d : decision_key.bucket) d = dim_bucket(d);
+  char atol[32];
+  const auto atol_end = std::to_chars(atol, atol + sizeof atol, options.caller_atol).ptr;
+  decision_key.options = (options.force ? *options.force : "") + "|" + (options.no_verify ? "nv" : "v") + "|" +
+                         std::string(atol, atol_end);
+  for (const auto& t : options.targets) decision_key.options += "|" + t;
   if (auto memo = decisions_.find(decision_key); memo != decisions_.end()) {
     Dispatch again;
     again.log = memo->second.log;
@@ -127,6 +129,11 @@ Expected<Dispatch> Arbiter::dispatch(const Region& region, std::span<const Tenso
     if (verbose()) log_line(again.log.line());
     return again;
   }
+
+  DispatchLog log;
+  log.region = print_region(region);
+  log.kind = region_kind_name(kind);
+  log.bucket = shape_bucket(region, shape);
 
   auto wanted_target = [&](const std::string& t) {
     return options.targets.empty() ||

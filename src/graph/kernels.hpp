@@ -3,6 +3,7 @@
 
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fusor/graph.hpp"
@@ -29,7 +30,7 @@ template <class... T> Outs outs(T&&... t) {
   std::vector<GraphTensor> v;
   v.reserve(sizeof...(t));
   (v.push_back(std::forward<T>(t)), ...);
-  return v;
+  return Outs(std::move(v));
 }
 inline Outs one(GraphTensor t) { return outs(std::move(t)); }
 

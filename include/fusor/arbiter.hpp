@@ -132,7 +132,8 @@ private:
     DispatchLog log;
   };
   // The memo's key: the region (by its canonical text's id), its shape bucket and the
-  // options that change the choice. Built without strings: a dispatch pays it every call.
+  // options that change the choice; built without printing the region, which every
+  // dispatch would pay.
   struct DecisionKey {
     std::size_t region = 0;
     std::vector<std::int64_t> bucket;

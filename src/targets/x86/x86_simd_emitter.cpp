@@ -44,16 +44,25 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
     int v = 0;
     const auto res = std::from_chars(value.data(), value.data() + value.size(), v);
     const bool number = res.ec == std::errc{} && res.ptr == value.data() + value.size();
-    int* field = key == "mr"       ? &t.mr
-                 : key == "kc"     ? &t.kc
-                 : key == "mc"     ? &t.mc
-                 : key == "nb"     ? &t.nb
-                 : key == "serial" ? &t.serial
-                                   : nullptr;
-    if (!field)
-      return unsupported(kind, "unknown option '" + key + "=" + value + "' (options: mr, kc, mc, nb, serial)");
-    const int lo = key == "mr" ? 4 : (key == "kc" ? 16 : (key == "nb" ? 32 : (key == "serial" ? 0 : 1)));
-    const int hi = key == "mr" ? 14 : (key == "nb" ? 4096 : (key == "serial" ? 1 << 30 : 1 << 16));
+    struct Knob {
+      const char* name;
+      int simd::Tuning::*field;
+      int lo, hi;
+    };
+    static constexpr Knob kKnobs[] = {{"mr", &simd::Tuning::mr, 4, 14},
+                                      {"kc", &simd::Tuning::kc, 16, 1 << 16},
+                                      {"mc", &simd::Tuning::mc, 1, 1 << 16},
+                                      {"nb", &simd::Tuning::nb, 32, 4096},
+                                      {"serial", &simd::Tuning::serial, 0, 1 << 30}};
+    const Knob* knob = nullptr;
+    std::string names;
+    for (const Knob& k : kKnobs) {
+      names += (names.empty() ? "" : ", ") + std::string(k.name);
+      if (key == k.name) knob = &k;
+    }
+    if (!knob) return unsupported(kind, "unknown option '" + key + "=" + value + "' (options: " + names + ")");
+    int* field = &(t.*knob->field);
+    const int lo = knob->lo, hi = knob->hi;
     if (!number || v < lo || v > hi)
       return unsupported(kind, "option " + key + "=" + value + " is outside " + std::to_string(lo) + ".." +
                                    std::to_string(hi));

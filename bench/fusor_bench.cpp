@@ -1,9 +1,11 @@
-// fusor-bench: fusor's x86_avx512 lane against the CPU peers of shared/PEERS.md, in one run,
-// on the same inputs: warm-up, then the median of interleaved repetitions of each contender.
+// fusor-bench: fusor's x86 lanes against the CPU peers of shared/PEERS.md, in one run, on the
+// same inputs: warm-up, then the median of interleaved repetitions of each contender. GEMM-
+// rooted cases run the x86_amx lane where the host has AMX (and the x86_avx512 lane beside it,
+// as `fusor_avx512`), every other case the x86_avx512 lane; --lane picks the GEMM lane.
 // fusor is timed on the kernel call alone (operands already packed into their ABI buffers);
 // each peer on its equivalent calls. `fusor bench` execs this program.
 //
-//   fusor-bench SUITE [--filter TEXT] [--json] [--save FILE] [--min-ms MS]
+//   fusor-bench SUITE [--filter TEXT] [--json] [--save FILE] [--min-ms MS] [--lane LANE] [--knob K=V]
 //   SUITE: gemm | gated | attention | norm | pointwise | all
 #include <algorithm>
 #include <array>
@@ -69,14 +71,28 @@ const Target& x86() {
   return *t;
 }
 
-const Candidate& avx512(RegionKind kind) {
-  for (const Candidate* c : builtin_registry().candidates("x86", kind))
-    if (c->name == "x86_avx512") {
-      Region probe = parse("fused { epilogue = [relu] }");
-      if (auto why = c->declines(probe)) die("the x86_avx512 lane declines on this host: " + *why);
-      return *c;
+constexpr const char* kAvx512 = "x86_avx512";
+constexpr const char* kAmx = "x86_amx";
+
+// The lane's candidate for `region`, or why it cannot run it here.
+Expected<const Candidate*> lane_candidate(const std::string& lane, const Region& region) {
+  for (const Candidate* c : builtin_registry().candidates("x86", region_kind(region)))
+    if (c->name == lane) {
+      if (auto why = c->declines(region)) return make_error(ErrorCode::emit_unsupported, lane + ": " + *why);
+      return c;
     }
-  die("x86_avx512 lane not registered");
+  return make_error(ErrorCode::emit_unsupported, lane + " is not registered for this kind");
+}
+
+// --lane: the lane of GEMM-rooted cases (empty: x86_amx where it runs, else x86_avx512).
+std::string& gemm_lane_choice() {
+  static std::string lane;
+  return lane;
+}
+
+std::string gemm_lane(const Region& region) {
+  if (!gemm_lane_choice().empty()) return gemm_lane_choice();
+  return lane_candidate(kAmx, region) ? kAmx : kAvx512;
 }
 
 // A compiled, oracle-verified kernel of the lane, ready to call on prepared buffers.
@@ -99,21 +115,21 @@ std::map<std::string, std::string>& knobs() {
   return k;
 }
 
-Kernel make_kernel(const Region& region, const std::vector<Tensor>& operands, bool verify_it = true) {
-  const Candidate& c = avx512(region_kind(region));
+// `tuned`: the --knob options apply (to the case's own kernel, not to the side contenders).
+Kernel make_kernel(const Region& region, const std::vector<Tensor>& operands, const std::string& lane = kAvx512,
+                   bool tuned = true) {
+  const Candidate& c = *must(lane_candidate(lane, region), "lane");
   EmitOptions options;
   const RegionKind kind = region_kind(region);
-  if (kind == RegionKind::fused || kind == RegionKind::gated || kind == RegionKind::attention)
+  if (tuned && (kind == RegionKind::fused || kind == RegionKind::gated || kind == RegionKind::attention))
     options.options = knobs();
   KernelSource src = must(c.emit(region, options), "emit " + print_region(region));
   Artifact art = must(x86().compile(src), "compile " + print_region(region));
   Kernel k;
   k.lane = src.lane;
-  if (verify_it) {
-    const VerifyReport rep = must(ensure_verified(x86(), region, art), "verify " + print_region(region));
-    if (!rep.verified) die("the oracle rejected " + print_region(region) + ": " + rep.summary());
-    k.verified = true;
-  }
+  const VerifyReport rep = must(ensure_verified(x86(), region, art), "verify " + print_region(region));
+  if (!rep.verified) die("the oracle rejected " + print_region(region) + " on " + lane + ": " + rep.summary());
+  k.verified = true;
   codegen::PreparedCall call = must(codegen::prepare_call(region, operands), "operands");
   k.bytes = std::move(call.operand_bytes);
   for (const auto& b : k.bytes) k.ptrs.push_back(b.data());
@@ -167,7 +183,7 @@ Tensor leading_rows(const Tensor& t, std::int64_t rows) {
 }
 
 struct Result {
-  std::string name, shape;
+  std::string name, shape, lane;
   double fusor_ms = 0;
   std::map<std::string, double> peer_ms;
   double work = 0; // FLOPs or bytes
@@ -223,6 +239,15 @@ struct EpiloguePass {
   }
 };
 
+// GEMM-rooted cases on the x86_amx lane also time the x86_avx512 lane, as `fusor_avx512`.
+void also_avx512(const Region& region, const std::vector<Tensor>& operands, const Kernel& k, std::optional<Kernel>& k2,
+                 std::vector<std::function<void()>>& fns, std::vector<std::string>& names) {
+  if (k.lane == kAvx512) return;
+  k2 = make_kernel(region, operands, kAvx512, false);
+  fns.push_back([&k2] { k2->call(); });
+  names.push_back("fusor_avx512");
+}
+
 // ---- GEMM + bias + epilogue ----------------------------------------------------------
 Result bench_fused(const std::string& name, std::int64_t M, std::int64_t N, std::int64_t K, bool residual,
                    const Options& opt) {
@@ -232,18 +257,21 @@ Result bench_fused(const std::string& name, std::int64_t M, std::int64_t N, std:
   ProblemShape dims;
   dims.M = M, dims.N = N, dims.K = K;
   const auto operands = make_operands(region, dims, 7, 0.5);
-  Kernel k = make_kernel(region, operands);
+  Kernel k = make_kernel(region, operands, gemm_lane(region));
   Result r;
   r.name = name;
   r.shape = std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K);
   r.work = 2.0 * M * N * K;
   r.verified = k.verified;
+  r.lane = k.lane;
   k.call();
   measure_error(r, region, operands, residual ? std::vector<size_t>{0, 3} : std::vector<size_t>{0},
                 std::min<std::int64_t>(M, 64), k);
 
   std::vector<std::function<void()>> fns{[&] { k.call(); }};
   std::vector<std::string> names;
+  std::optional<Kernel> k2;
+  also_avx512(region, operands, k, k2, fns, names);
   const float* A = operands[0].data.data();
   const float* B = operands[1].data.data();
   const float* bias = operands[2].data.data();
@@ -303,16 +331,19 @@ Result bench_gated(std::int64_t M, std::int64_t K, std::int64_t H, const Options
   ProblemShape dims;
   dims.M = M, dims.N = H, dims.K = K;
   const auto operands = make_operands(region, dims, 9, 0.5);
-  Kernel k = make_kernel(region, operands);
+  Kernel k = make_kernel(region, operands, gemm_lane(region));
   Result r;
   r.name = "gated_silu_" + std::to_string(M) + "x" + std::to_string(K) + "x" + std::to_string(H);
   r.shape = std::to_string(M) + "x" + std::to_string(K) + "->" + std::to_string(H);
   r.work = 4.0 * M * H * K;
   r.verified = k.verified;
+  r.lane = k.lane;
   k.call();
   measure_error(r, region, operands, {0}, std::min<std::int64_t>(M, 64), k);
   std::vector<std::function<void()>> fns{[&] { k.call(); }};
   std::vector<std::string> names;
+  std::optional<Kernel> k2;
+  also_avx512(region, operands, k, k2, fns, names);
   const float* A = operands[0].data.data();
   const float* Wg = operands[1].data.data();
   const float* Wu = operands[2].data.data();
@@ -381,6 +412,7 @@ Result bench_attention(std::int64_t S, std::int64_t D, bool causal, const Option
   r.shape = "B=2 H=4 S=" + std::to_string(S) + " D=" + std::to_string(D);
   r.work = 4.0 * B * H * S * S * D * (causal ? 0.5 : 1.0);
   r.verified = k.verified;
+  r.lane = k.lane;
   k.call();
   // Reference on the first 32 queries of every head (queries are independent).
   const std::int64_t q = 32;
@@ -459,6 +491,7 @@ Result bench_streaming(const std::string& name, const Region& region, const Prob
   r.bandwidth = true;
   r.work = bytes;
   r.verified = k.verified;
+  r.lane = k.lane;
   k.call();
   std::vector<size_t> row_operands; // operands with rows; per-feature vectors stay whole
   for (size_t i = 0; i < operands.size(); ++i)
@@ -513,6 +546,7 @@ json to_json(const Result& r, double copy_bytes, std::optional<double> peak) {
   json j;
   j["case"] = r.name;
   j["shape"] = r.shape;
+  if (!r.lane.empty()) j["lane"] = r.lane;
   j["fusor_ms"] = r.fusor_ms;
   for (const auto& [peer, ms] : r.peer_ms) {
     j[peer + "_ms"] = ms;
@@ -541,10 +575,11 @@ json to_json(const Result& r, double copy_bytes, std::optional<double> peak) {
 
 void print_human(const json& j) {
   std::printf("%-36s fusor %9.3f ms", j["case"].get<std::string>().c_str(), j["fusor_ms"].get<double>());
+  if (j.contains("lane")) std::printf(" [%s]", j["lane"].get<std::string>().c_str());
   if (j.contains("gflops")) std::printf(" %7.1f GFLOP/s", j["gflops"].get<double>());
   if (j.contains("fraction_of_peak")) std::printf(" (%.2f of peak)", j["fraction_of_peak"].get<double>());
   if (j.contains("gbps")) std::printf(" %7.1f GB/s", j["gbps"].get<double>());
-  for (const char* peer : {"onednn", "openblas", "copy"}) {
+  for (const char* peer : {"onednn", "openblas", "copy", "fusor_avx512"}) {
     const std::string key = std::string(peer) + "_ms";
     if (!j.contains(key)) continue;
     std::printf(" | %s %9.3f ms (x%.2f", peer, j[key].get<double>(), j[std::string(peer) + "_ratio"].get<double>());
@@ -670,6 +705,8 @@ int main(int argc, char** argv) {
       opt.json_lines = true;
     else if (a == "--save")
       opt.save = value();
+    else if (a == "--lane")
+      fusor::bench::gemm_lane_choice() = value();
     else if (a == "--knob") {
       const std::string kv = value();
       const auto eq = kv.find('=');
@@ -679,7 +716,10 @@ int main(int argc, char** argv) {
       opt.min_ms = std::atof(value().c_str());
     else if (a == "-h" || a == "--help") {
       std::printf("usage: fusor-bench SUITE [--filter TEXT] [--json] [--save FILE] [--min-ms MS] [--knob KEY=VALUE]\n"
-                  "SUITE: gemm | gated | attention | norm | pointwise | all\n");
+                  "       [--lane x86_amx|x86_avx512]\n"
+                  "SUITE: gemm | gated | attention | norm | pointwise | all\n"
+                  "--lane: the lane of GEMM-rooted cases (default x86_amx where the host has AMX, else "
+                  "x86_avx512; on x86_amx the x86_avx512 lane is timed beside it as fusor_avx512)\n");
       return 0;
     } else if (opt.suite.empty() && a[0] != '-')
       opt.suite = a;

@@ -16,6 +16,7 @@
 #include "fusor/operand_gen.hpp"
 #include "fusor/reference.hpp"
 #include "fusor/region_text.hpp"
+#include "fusor/toolchain.hpp"
 #include "support/compare.hpp"
 
 namespace fs = std::filesystem;
@@ -483,6 +484,16 @@ TEST_F(CliLanes, BenchPrintsOneJsonObjectPerCase) {
       EXPECT_NEAR(j.at(peer + "_ratio_at_peak").get<double>(), ratio / fraction, 1e-6 * ratio / fraction) << peer;
     }
     EXPECT_GE(peers, 1) << "a build with the bench has oneDNN or OpenBLAS: " << line;
+    // GEMM cases run the AMX lane where it runs here, with the AVX-512 lane timed beside it.
+    const bool amx = !host_lacks_amx_bf16();
+    EXPECT_EQ(j.at("lane"), amx ? "x86_amx" : "x86_avx512");
+    EXPECT_EQ(j.contains("fusor_avx512_ms"), amx);
   }
   EXPECT_EQ(cases, 1) << r.out;
+  const auto forced = fusor_env("bench gemm --filter 128x3072 --json --min-ms 1 --lane x86_avx512");
+  ASSERT_EQ(forced.code, 0) << forced.err << forced.out;
+  const auto j = nlohmann::json::parse(forced.out.substr(0, forced.out.find('\n')));
+  EXPECT_EQ(j.at("lane"), "x86_avx512");
+  EXPECT_FALSE(j.contains("fusor_avx512_ms"));
+  EXPECT_EQ(fusor_env("bench gemm --lane x86_c").code, 2); // not a bench lane
 }

@@ -4,6 +4,11 @@
 #include <set>
 #include <sstream>
 
+#if defined(__linux__) && defined(__x86_64__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 #include "fusor/toolchain.hpp"
 
 namespace fusor {
@@ -62,6 +67,21 @@ bool host_has_avx512() {
 #else
   return false;
 #endif
+}
+
+std::optional<std::string> host_lacks_amx_bf16() {
+  static const std::optional<std::string> why = []() -> std::optional<std::string> {
+    if (!cpu_flag("amx_tile") || !cpu_flag("amx_bf16")) return "the CPU lacks AMX (amx_tile, amx_bf16)";
+#if defined(__linux__) && defined(__x86_64__)
+    constexpr long kReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    if (syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtiledata) != 0)
+      return "the kernel refused AMX tile state (arch_prctl ARCH_REQ_XCOMP_PERM; Linux 5.16+)";
+    return std::nullopt;
+#else
+    return "AMX tile state is only requested on Linux x86-64";
+#endif
+  }();
+  return why;
 }
 
 std::string host_isa() {

@@ -1,5 +1,5 @@
-// `fusor bench SUITE [--filter TEXT] [--json] [--save FILE]`: runs fusor-bench, the CPU
-// benchmark of the x86_avx512 lane against oneDNN and OpenBLAS (bench/fusor_bench.cpp). It
+// `fusor bench SUITE [--filter TEXT] [--json] [--save FILE] [--lane LANE]`: runs fusor-bench,
+// the CPU benchmark of the x86 lanes against oneDNN and OpenBLAS (bench/fusor_bench.cpp). It
 // is a separate program so the CLI never links the peers' libraries.
 #include <unistd.h>
 
@@ -21,6 +21,7 @@ struct BenchOptions {
   bool json = false;
   std::string save;
   double min_ms = 0;
+  std::string lane;
 };
 
 // fusor-bench next to this executable (the build tree and an install both keep them
@@ -41,6 +42,7 @@ int run_bench(const BenchOptions& o) {
   if (o.json) args.push_back("--json");
   if (!o.save.empty()) args.insert(args.end(), {"--save", o.save});
   if (o.min_ms > 0) args.insert(args.end(), {"--min-ms", std::to_string(o.min_ms)});
+  if (!o.lane.empty()) args.insert(args.end(), {"--lane", o.lane});
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -56,8 +58,8 @@ int run_bench(const BenchOptions& o) {
 Command add_bench_command(CLI::App& app) {
   auto o = std::make_shared<BenchOptions>();
   CLI::App* sub =
-      app.add_subcommand("bench", "Benchmark the x86_avx512 lane against oneDNN and OpenBLAS: per case "
-                                  "fusor's time, each peer's, the ratio, GFLOP/s or GB/s, the oracle's error");
+      app.add_subcommand("bench", "Benchmark fusor's x86 lanes against oneDNN and OpenBLAS: per case "
+                                  "fusor's time and lane, each peer's, the ratio, GFLOP/s or GB/s, the oracle's error");
   sub->add_option("SUITE", o->suite, "gemm | gated | attention | norm | pointwise | all")
       ->required()
       ->check(CLI::IsMember({"gemm", "gated", "attention", "norm", "pointwise", "all"}));
@@ -65,6 +67,10 @@ Command add_bench_command(CLI::App& app) {
   sub->add_flag("--json", o->json, "One JSON object per line per case");
   sub->add_option("--save", o->save, "Also write the machine description and every case to FILE (JSON)");
   sub->add_option("--min-ms", o->min_ms, "Time spent timing each case (default 1500)");
+  sub->add_option("--lane", o->lane,
+                  "Lane of the GEMM-rooted cases (default x86_amx where the host has AMX, timed beside "
+                  "x86_avx512; else x86_avx512)")
+      ->check(CLI::IsMember({"x86_amx", "x86_avx512"}));
   return {sub, [o] { return run_bench(*o); }};
 }
 

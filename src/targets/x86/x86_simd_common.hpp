@@ -22,13 +22,18 @@ struct Tuning {
   // parallel, 16x64x64 even, 64^3 11 vs 8; a 32 x 64 layer norm 2.1 vs 2.3, 64 x 64 3.8 vs
   // 3.2. 0: always parallel.
   int serial = 1 << 16;
+  // GEMM-rooted kinds: the x86_amx lane's bf16-tile micro-kernel (x86_amx_gemm.cpp) instead
+  // of the zmm one; set by the lane, not an option.
+  bool amx = false;
+  int amx_parts_a = 3, amx_parts_b = 3;
+  int exact = 0; // x86_amx: 1 computes all nine bf16 part products (x86_amx_gemm.cpp)
 };
 
 // `#pragma omp parallel<rest>` that runs on the calling thread alone while `work` (an
 // expression, in Tuning::serial's units) is below FUSOR_SERIAL_BELOW.
 std::string omp_parallel(const std::string& work, const std::string& rest = "");
 
-Error unsupported(RegionKind kind, const std::string& reason);
+Error unsupported(RegionKind kind, const std::string& reason, std::string_view lane = "x86_avx512");
 
 // C type and load expression of an operand stored in `dtype` (f32, f16, bf16).
 struct StorageLoad {
@@ -64,6 +69,20 @@ struct GemmPlan {
   double eps = 0.0;
   std::optional<Op> gate;
 };
+// The x86_amx lane (x86_amx_gemm.cpp): bf16 parts an operand needs to be exact (f32 or any
+// prologue: 3; f16: 2; bf16: 1); the head (FUSOR_MR 32, part splitting, tile permission and
+// configuration, `fusor_amx_ukr` with fusor_ukr's contract on packed bf16 panels); the
+// statements packing A's panels of the item and B's panels pb .. pb + pn.
+int amx_parts(DType storage, bool has_prologue);
+std::string amx_source(int nsa, int nsb, bool exact);
+std::string amx_pack_a(const GemmPlan& plan, const StorageLoad& ld, const std::string& indent);
+std::string amx_pack_b(const GemmPlan& plan, const StorageLoad& ld, const std::string& indent);
+// Packing flags the rows of A (rf[row - i0]) and the columns of B (cf[(panel - p_lo) * 2 +
+// half], a bit per column) that hold a NaN or an infinity: a split part that is zero times
+// an infinity would make NaN where f32 gives the infinity. These statements recompute a
+// flagged tile element as an f32 dot product, before the epilogue.
+std::string amx_special_fixup(const GemmPlan& plan, const StorageLoad& ld, const std::string& indent);
+
 std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning& tuning);
 std::string attention_body(const AttentionRegion& region, const StorageLoad& ld, const Tuning& tuning);
 std::string norm_chain_body(const NormChainRegion& region);

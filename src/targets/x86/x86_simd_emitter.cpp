@@ -16,9 +16,9 @@ namespace simd {
 
 std::string attention_pv_source(const Tuning& tuning); // x86_simd_attention.cpp
 
-Error unsupported(RegionKind kind, const std::string& reason) {
+Error unsupported(RegionKind kind, const std::string& reason, std::string_view lane) {
   return make_error(ErrorCode::emit_unsupported, "region " + std::string(region_kind_name(kind)) +
-                                                     ", target x86, lane " + std::string(kAvx512Lane) + ": " + reason);
+                                                     ", target x86, lane " + std::string(lane) + ": " + reason);
 }
 
 } // namespace simd
@@ -38,8 +38,10 @@ Expected<simd::StorageLoad> storage_load(DType dtype, RegionKind kind) {
   return unsupported(kind, "storage " + std::string(dtype_name(dtype)) + " is not supported (f32, f16, bf16 are)");
 }
 
-Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string, std::string>& options) {
+Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string, std::string>& options,
+                                    std::string_view lane) {
   simd::Tuning t;
+  t.amx = lane == kAmxLane;
   for (const auto& [key, value] : options) {
     int v = 0;
     const auto res = std::from_chars(value.data(), value.data() + value.size(), v);
@@ -53,24 +55,33 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
                                       {"kc", &simd::Tuning::kc, 16, 1 << 16},
                                       {"mc", &simd::Tuning::mc, 1, 1 << 16},
                                       {"nb", &simd::Tuning::nb, 32, 4096},
-                                      {"serial", &simd::Tuning::serial, 0, 1 << 30}};
+                                      {"serial", &simd::Tuning::serial, 0, 1 << 30},
+                                      {"exact", &simd::Tuning::exact, 0, 1}};
     const Knob* knob = nullptr;
     std::string names;
     for (const Knob& k : kKnobs) {
-      names += (names.empty() ? "" : ", ") + std::string(k.name);
-      if (key == k.name) knob = &k;
+      const std::string name = k.name;
+      // The AMX tile is 32 rows and the lane has no attention; `exact` is AMX's.
+      if (t.amx ? name == "mr" || name == "nb" : name == "exact") continue;
+      names += (names.empty() ? "" : ", ") + name;
+      if (key == name) knob = &k;
     }
-    if (!knob) return unsupported(kind, "unknown option '" + key + "=" + value + "' (options: " + names + ")");
+    if (!knob) return unsupported(kind, "unknown option '" + key + "=" + value + "' (options: " + names + ")", lane);
     int* field = &(t.*knob->field);
     const int lo = knob->lo, hi = knob->hi;
     if (!number || v < lo || v > hi)
-      return unsupported(kind, "option " + key + "=" + value + " is outside " + std::to_string(lo) + ".." +
-                                   std::to_string(hi));
-    if (key == "nb" && v % 32 != 0) return unsupported(kind, "option nb=" + value + " is not a multiple of 32");
+      return unsupported(
+          kind, "option " + key + "=" + value + " is outside " + std::to_string(lo) + ".." + std::to_string(hi), lane);
+    if (key == "nb" && v % 32 != 0) return unsupported(kind, "option nb=" + value + " is not a multiple of 32", lane);
     *field = v;
   }
   // Attention's default query block: one 12-row P·V tile (x86_simd_attention.cpp says why).
   if (kind == RegionKind::attention && !options.count("mr")) t.mr = 12;
+  // AMX's K block: 384 keeps a 512-row A block (three bf16 parts) within 1 MiB of L2, so B is
+  // packed once per K block; best of 30 calls at 512x2048x768 / 1024^3 / 128x3072x768 /
+  // 2048^3 / gated 512x768->2048: 3.9-4.1 / 5.1-5.5 / 1.7 / 42.8 / 7.4 ms against 4.3 / 5.1-5.6
+  // / 2.0 / 45.1 / 7.7 with 768.
+  if (t.amx && !options.count("kc")) t.kc = 384;
   return t;
 }
 
@@ -113,16 +124,34 @@ std::optional<std::string> simd_declines(const Region& region) {
   return std::nullopt;
 }
 
-Expected<KernelSource> emit_simd(const Region& region, const EmitOptions& options) {
+std::optional<std::string> amx_declines(const Region& region) {
+  if (auto why = simd_declines(region)) return why;
   const RegionKind kind = region_kind(region);
-  if (!host_has_avx512()) return unsupported(kind, "the host lacks AVX-512 (avx512f/bw/vl/dq)");
-  FUSOR_TRY_ASSIGN(const simd::Tuning tuning, parse_tuning(kind, options.options));
-  FUSOR_TRY_ASSIGN(const simd::StorageLoad ld, storage_load(region_storage(region), kind));
+  if (kind != RegionKind::fused && kind != RegionKind::matmul && kind != RegionKind::gated)
+    return "the x86_amx lane computes GEMM-rooted kinds only (fused, matmul, gated)";
+  return host_lacks_amx_bf16();
+}
+
+namespace {
+
+Expected<KernelSource> emit_lane(const Region& region, const EmitOptions& options, std::string_view lane) {
+  const RegionKind kind = region_kind(region);
+  if (!host_has_avx512()) return unsupported(kind, "the host lacks AVX-512 (avx512f/bw/vl/dq)", lane);
+  FUSOR_TRY_ASSIGN(simd::Tuning tuning, parse_tuning(kind, options.options, lane));
+  const DType storage = region_storage(region);
+  FUSOR_TRY_ASSIGN(const simd::StorageLoad ld, storage_load(storage, kind));
   if (options.spec != SpecPolicy::dynamic && !options.dims)
-    return unsupported(kind, "spec " + std::string(spec_policy_name(options.spec)) + " needs dims (--dims)");
+    return unsupported(kind, "spec " + std::string(spec_policy_name(options.spec)) + " needs dims (--dims)", lane);
   const std::string key = codegen::shape_key(kind, options.spec, options.dims);
 
   const bool gemm_kind = kind == RegionKind::fused || kind == RegionKind::matmul || kind == RegionKind::gated;
+  if (tuning.amx) {
+    if (!gemm_kind) return unsupported(kind, "only GEMM-rooted kinds (fused, matmul, gated)", lane);
+    if (auto why = host_lacks_amx_bf16()) return unsupported(kind, *why, lane);
+    const auto* f = std::get_if<FusedRegion>(&region);
+    tuning.amx_parts_a = simd::amx_parts(storage, f && !f->prologue().empty());
+    tuning.amx_parts_b = simd::amx_parts(storage, false);
+  }
   std::string body;
   if (const auto* f = std::get_if<FusedRegion>(&region)) {
     body = simd::gemm_body({f->a_layout() == Layout::col_major, f->b_layout() == Layout::col_major, f->prologue(),
@@ -143,15 +172,19 @@ Expected<KernelSource> emit_simd(const Region& region, const EmitOptions& option
     body = simd::norm_chain_body(*n);
   }
 
-  std::string head = "/* fusor kernel | region: " + print_region(region) + " | lane: " + std::string(kAvx512Lane) +
+  std::string head = "/* fusor kernel | region: " + print_region(region) + " | lane: " + std::string(lane) +
                      " | spec: " + key + " */\n";
+  if (tuning.amx) head += "#define _GNU_SOURCE /* syscall() */\n#include <sys/syscall.h>\n#include <unistd.h>\n";
   head += "#include <immintrin.h>\n#include <math.h>\n#include <stdint.h>\n#include <stdlib.h>\n#include <string.h>\n";
   head += "#ifdef _OPENMP\n#include <omp.h>\n#endif\n\n";
   head += codegen::render_storage_helpers(codegen::c99_simd_dialect());
   head += codegen::render_vector_math_helpers(codegen::c99_simd_dialect()) + "\n";
   head += kCommonHelpers;
   head += "#define FUSOR_SERIAL_BELOW " + std::to_string(tuning.serial) + ".0\n";
-  if (gemm_kind || kind == RegionKind::attention) head += simd::micro_kernel_source(tuning.mr);
+  if (tuning.amx)
+    head += simd::amx_source(tuning.amx_parts_a, tuning.amx_parts_b, tuning.exact != 0);
+  else if (gemm_kind || kind == RegionKind::attention)
+    head += simd::micro_kernel_source(tuning.mr);
   if (gemm_kind || kind == RegionKind::attention || kind == RegionKind::pointwise)
     head += codegen::render_avx512_math_helpers(codegen::c99_avx512_dialect());
   if (kind == RegionKind::attention) head += simd::attention_pv_source(tuning);
@@ -162,7 +195,17 @@ Expected<KernelSource> emit_simd(const Region& region, const EmitOptions& option
                                     "int fusor_kernel(const void* const* operands, float* restrict out, const "
                                     "int64_t* dims) {\n" +
                                     dims_prologue(region, options) + body + "}\n",
-                                "c", "x86", std::string(kAvx512Lane), key);
+                                "c", "x86", std::string(lane), key);
+}
+
+} // namespace
+
+Expected<KernelSource> emit_simd(const Region& region, const EmitOptions& options) {
+  return emit_lane(region, options, kAvx512Lane);
+}
+
+Expected<KernelSource> emit_amx(const Region& region, const EmitOptions& options) {
+  return emit_lane(region, options, kAmxLane);
 }
 
 } // namespace fusor::x86

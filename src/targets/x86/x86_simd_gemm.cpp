@@ -94,71 +94,16 @@ std::string transpose16_slab(const std::string& row_at, const std::string& rows,
   return s;
 }
 
-std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning& tuning) {
+namespace {
+
+// Packs the item's A panels for this K block: storage -> f32, the prologue applied once per
+// element; rows past M are zero. The packed panel is written in order (k outer): MR
+// interleaved strided write streams would each fetch the same lines from L2 again.
+std::string pack_a(const GemmPlan& plan, const StorageLoad& ld) {
   const auto& d = c99_simd_dialect();
-  const std::string T = ld.type;
-  const bool gated = plan.gate.has_value();
-  const bool has_bias = std::find(plan.epilogue.begin(), plan.epilogue.end(), Op::bias) != plan.epilogue.end();
-  const std::string CW = gated ? "16" : "32"; // output columns per packed panel
   const auto& v16 = codegen::c99_avx512_dialect();
+  const std::string T = ld.type;
   std::string s;
-  s += "  const " + T + "* restrict A = (const " + T + "*)operands[0];\n";
-  s += "  const " + T + "* restrict B = (const " + T + "*)operands[1];\n";
-  int next = 2;
-  if (gated) s += "  const " + T + "* restrict B2 = (const " + T + "*)operands[" + std::to_string(next++) + "];\n";
-  if (has_bias) s += "  const " + T + "* restrict bias = (const " + T + "*)operands[" + std::to_string(next++) + "];\n";
-  if (plan.residual)
-    s += "  const " + T + "* restrict res = (const " + T + "*)operands[" + std::to_string(next++) + "];\n";
-  s += "  if (M == 0 || N == 0) return 0;\n";
-  // K blocks of at most `kc`, evenly sized: fewer blocks mean fewer partial-sum round trips
-  // through `out`, and a micro-panel streamed from L2 costs the micro-kernel little.
-  s += "  const int64_t KCM = " + std::to_string(tuning.kc) + ", MCT = " + std::to_string(tuning.mc) + ";\n";
-  s += "  const int64_t KC = K <= KCM ? (K > 0 ? K : 1) : fusor_cdiv(K, fusor_cdiv(K, KCM));\n";
-  s += "  const int64_t np = fusor_cdiv(N, " + CW + ");\n";
-  s += "  const int64_t kcap = K < KC ? (K > 0 ? K : 1) : KC;\n";
-  if (gated) {
-    // Partial sums of both products when K spans several blocks (out holds only one).
-    s += "  float* restrict part = NULL;\n";
-    s += "  if (K > KC) {\n    part = (float*)fusor_alloc(sizeof(float) * (size_t)M * (size_t)np * 32);\n";
-    s += "    if (!part) return 2;\n  }\n";
-  }
-  s += "  int failed = 0;\n";
-  s += "  " + omp_parallel("M * N * K") + "\n  {\n";
-  s += "    int nt = 1;\n#ifdef _OPENMP\n    nt = omp_get_num_threads();\n#endif\n";
-  // Work items are (row block, panel chunk). B is packed by the thread that uses it, a few
-  // panels at a time into a private buffer that stays in L2: a shared packed copy of all of
-  // B would go to memory and come back once per row block. So each thread should read as
-  // little of B as it can: when B is the larger operand (N > M) the panels are split
-  // between threads (every thread reads all of the smaller A); otherwise the rows are, in
-  // row blocks of about MCT rows (a multiple of MR), a whole number per thread.
-  s += "    const int colsplit = N > M && np >= nt;\n";
-  // The packed A block (rows x KC floats) is held to 1 MiB so it shares L2 with B's block.
-  s += "    const int64_t mct = MCT * KC <= 262144 ? MCT : (262144 / KC > FUSOR_MR ? 262144 / KC : FUSOR_MR);\n";
-  s += "    int64_t nib = fusor_cdiv(M, mct);\n";
-  s += "    if (!colsplit) nib = fusor_cdiv(nib, nt) * nt;\n";
-  s += "    const int64_t mc = fusor_cdiv(fusor_cdiv(M, nib), FUSOR_MR) * FUSOR_MR;\n";
-  s += "    nib = fusor_cdiv(M, mc);\n";
-  s += "    const int64_t npc = colsplit ? nt : 1, ppc = fusor_cdiv(np, npc);\n";
-  // Panels packed together: four rows of 128 contiguous bytes per k keep the reads of B
-  // sequential enough for the prefetcher while the block (kc x 128 floats) stays in L2.
-  s += "    const int64_t NBP = 4;\n";
-  s += "    float* restrict ap = (float*)fusor_alloc(sizeof(float) * (size_t)mc * (size_t)kcap);\n";
-  s += "    float* restrict bp = (float*)fusor_alloc(sizeof(float) * (size_t)NBP * (size_t)kcap * 32);\n";
-  s += "    float tile[FUSOR_MR * 32] __attribute__((aligned(64)));\n";
-  s += "    if (!ap || !bp) {\n      #pragma omp atomic write\n      failed = 1;\n    }\n";
-  s += "    #pragma omp for schedule(static)\n";
-  s += "    for (int64_t item = 0; item < nib * npc; ++item) {\n";
-  s += "      if (!ap || !bp) continue;\n";
-  s += "      const int64_t i0 = (item % nib) * mc, mrows = M - i0 < mc ? M - i0 : mc;\n";
-  s += "      const int64_t p_lo = (item / nib) * ppc, p_hi = p_lo + ppc < np ? p_lo + ppc : np;\n";
-  s += "      const int64_t nq = fusor_cdiv(mrows, FUSOR_MR);\n";
-  s += "      if (p_lo >= p_hi) continue;\n";
-  s += "      for (int64_t pc = 0; pc == 0 || pc < K; pc += KC) {\n";
-  s += "        const int64_t kc = K - pc < KC ? K - pc : KC;\n";
-  s += "        const int first = pc == 0, last = pc + KC >= K;\n";
-  // ---- pack A with the prologue applied once per element; rows past M are zero. The
-  // packed panel is written in order (k outer): MR interleaved strided write streams would
-  // each fetch the same lines from L2 again.
   const std::string a_index = plan.a_trans ? "(pc + k) * M + i + r" : "(i + r) * K + pc + k";
   s += "        for (int64_t q = 0; q < nq; ++q) {\n";
   s += "          const int64_t i = i0 + q * FUSOR_MR, rows = M - i < FUSOR_MR ? M - i : FUSOR_MR;\n";
@@ -181,9 +126,15 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
   s += "              dst[k * FUSOR_MR + r] = v;\n            }\n";
   s += "            for (int64_t r = rows; r < FUSOR_MR; ++r) dst[k * FUSOR_MR + r] = 0.0f;\n";
   s += "          }\n        }\n";
-  s += "        for (int64_t pb = p_lo; pb < p_hi; pb += NBP) {\n";
-  s += "          const int64_t pn = p_hi - pb < NBP ? p_hi - pb : NBP;\n";
-  // ---- pack panels pb .. pb + pn of B (storage -> f32, layout; columns past N are zero).
+  return s;
+}
+
+// Packs panels pb .. pb + pn of B (storage -> f32, layout; columns past N are zero).
+std::string pack_b(const GemmPlan& plan, const StorageLoad& ld) {
+  const std::string T = ld.type;
+  const bool gated = plan.gate.has_value();
+  const std::string CW = gated ? "16" : "32";
+  std::string s;
   if (plan.b_trans) {
     s += "          for (int64_t pp = 0; pp < pn; ++pp) {\n";
     s += "            float* restrict dst = bp + pp * kc * 32;\n";
@@ -230,6 +181,104 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
     }
     s += "            }\n          }\n";
   }
+  return s;
+}
+
+} // namespace
+
+std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning& tuning) {
+  const auto& d = c99_simd_dialect();
+  const std::string T = ld.type;
+  const bool gated = plan.gate.has_value();
+  const bool has_bias = std::find(plan.epilogue.begin(), plan.epilogue.end(), Op::bias) != plan.epilogue.end();
+  const std::string CW = gated ? "16" : "32"; // output columns per packed panel
+  const auto& v16 = codegen::c99_avx512_dialect();
+  std::string s;
+  s += "  const " + T + "* restrict A = (const " + T + "*)operands[0];\n";
+  s += "  const " + T + "* restrict B = (const " + T + "*)operands[1];\n";
+  int next = 2;
+  if (gated) s += "  const " + T + "* restrict B2 = (const " + T + "*)operands[" + std::to_string(next++) + "];\n";
+  if (has_bias) s += "  const " + T + "* restrict bias = (const " + T + "*)operands[" + std::to_string(next++) + "];\n";
+  if (plan.residual)
+    s += "  const " + T + "* restrict res = (const " + T + "*)operands[" + std::to_string(next++) + "];\n";
+  s += "  if (M == 0 || N == 0) return 0;\n";
+  const bool amx = tuning.amx;
+  if (amx) s += "  if (!fusor_amx_permit()) return 3;\n";
+  // K blocks of at most `kc`, evenly sized: fewer blocks mean fewer partial-sum round trips
+  // through `out`, and a micro-panel streamed from L2 costs the micro-kernel little.
+  // AMX blocks are whole 32-k tile steps: only the last one is padded.
+  const int kcm = amx ? std::max(32, tuning.kc / 32 * 32) : tuning.kc;
+  s += "  const int64_t KCM = " + std::to_string(kcm) + ", MCT = " + std::to_string(tuning.mc) + ";\n";
+  s += amx ? "  const int64_t KC = K <= KCM ? (K > 0 ? K : 1) : fusor_cdiv(fusor_cdiv(K, fusor_cdiv(K, KCM)), 32) * "
+             "32;\n"
+           : "  const int64_t KC = K <= KCM ? (K > 0 ? K : 1) : fusor_cdiv(K, fusor_cdiv(K, KCM));\n";
+  s += "  const int64_t np = fusor_cdiv(N, " + CW + ");\n";
+  s += "  const int64_t kcap = K < KC ? (K > 0 ? K : 1) : KC;\n";
+  if (gated) {
+    // Partial sums of both products when K spans several blocks (out holds only one).
+    s += "  float* restrict part = NULL;\n";
+    s += "  if (K > KC) {\n    part = (float*)fusor_alloc(sizeof(float) * (size_t)M * (size_t)np * 32);\n";
+    s += "    if (!part) return 2;\n  }\n";
+  }
+  s += "  int failed = 0;\n";
+  s += "  " + omp_parallel("M * N * K") + "\n  {\n";
+  s += "    int nt = 1;\n#ifdef _OPENMP\n    nt = omp_get_num_threads();\n#endif\n";
+  // Work items are (row block, panel chunk). B is packed by the thread that uses it, a few
+  // panels at a time into a private buffer that stays in L2: a shared packed copy of all of
+  // B would go to memory and come back once per row block. So each thread should read as
+  // little of B as it can: when B is the larger operand (N > M) the panels are split
+  // between threads (every thread reads all of the smaller A); otherwise the rows are, in
+  // row blocks of about MCT rows (a multiple of MR), a whole number per thread.
+  s += "    const int colsplit = N > M && np >= nt;\n";
+  // The packed A block (rows x KC floats) is held to 1 MiB so it shares L2 with B's block.
+  // (AMX: FUSOR_NSA bf16 parts per element, K padded to 32.)
+  s += amx ? "    const int64_t kce = fusor_cdiv(KC, 32) * 32 * FUSOR_NSA / 2;\n" : "    const int64_t kce = KC;\n";
+  s += "    const int64_t mct = MCT * kce <= 262144 ? MCT : (262144 / kce > FUSOR_MR ? 262144 / kce : FUSOR_MR);\n";
+  s += "    int64_t nib = fusor_cdiv(M, mct);\n";
+  s += "    if (!colsplit) nib = fusor_cdiv(nib, nt) * nt;\n";
+  s += "    const int64_t mc = fusor_cdiv(fusor_cdiv(M, nib), FUSOR_MR) * FUSOR_MR;\n";
+  s += "    nib = fusor_cdiv(M, mc);\n";
+  s += "    const int64_t npc = colsplit ? nt : 1, ppc = fusor_cdiv(np, npc);\n";
+  // Panels packed together: four rows of 128 contiguous bytes per k keep the reads of B
+  // sequential enough for the prefetcher while the block (kc x 128 floats) stays in L2.
+  s += "    const int64_t NBP = 4;\n";
+  if (amx) {
+    s += "    const int64_t kcap32 = fusor_cdiv(kcap, 32) * 32;\n";
+    s += "    uint16_t* restrict ap = (uint16_t*)fusor_alloc(2 * FUSOR_NSA * (size_t)mc * (size_t)kcap32);\n";
+    s += "    uint16_t* restrict bp = (uint16_t*)fusor_alloc(2 * FUSOR_NSB * (size_t)NBP * (size_t)kcap32 * 32);\n";
+    s += "    unsigned char* restrict rf = (unsigned char*)fusor_alloc((size_t)mc);\n";
+    s += "    uint16_t* restrict cf = (uint16_t*)fusor_alloc(4 * (size_t)ppc);\n";
+    s += "    if (!rf || !cf) {\n      #pragma omp atomic write\n      failed = 1;\n    }\n";
+    s += "    fusor_amx_config();\n";
+  } else {
+    s += "    float* restrict ap = (float*)fusor_alloc(sizeof(float) * (size_t)mc * (size_t)kcap);\n";
+    s += "    float* restrict bp = (float*)fusor_alloc(sizeof(float) * (size_t)NBP * (size_t)kcap * 32);\n";
+  }
+  s += "    float tile[FUSOR_MR * 32] __attribute__((aligned(64)));\n";
+  s += "    if (!ap || !bp) {\n      #pragma omp atomic write\n      failed = 1;\n    }\n";
+  s += "    #pragma omp for schedule(static)\n";
+  s += "    for (int64_t item = 0; item < nib * npc; ++item) {\n";
+  s += "      if (!ap || !bp) continue;\n";
+  s += "      const int64_t i0 = (item % nib) * mc, mrows = M - i0 < mc ? M - i0 : mc;\n";
+  s += "      const int64_t p_lo = (item / nib) * ppc, p_hi = p_lo + ppc < np ? p_lo + ppc : np;\n";
+  s += "      const int64_t nq = fusor_cdiv(mrows, FUSOR_MR);\n";
+  s += "      if (p_lo >= p_hi) continue;\n";
+  if (amx)
+    s += "      if (!rf || !cf) continue;\n      memset(rf, 0, (size_t)mc);\n      memset(cf, 0, 4 * (size_t)ppc);\n";
+  s += "      for (int64_t pc = 0; pc == 0 || pc < K; pc += KC) {\n";
+  s += "        const int64_t kc = K - pc < KC ? K - pc : KC;\n";
+  s += "        const int first = pc == 0, last = pc + KC >= K;\n";
+  if (amx) s += "        const int64_t kcp = fusor_cdiv(kc, 32) * 32;\n";
+  if (amx)
+    s += amx_pack_a(plan, ld, "        ");
+  else
+    s += pack_a(plan, ld);
+  s += "        for (int64_t pb = p_lo; pb < p_hi; pb += NBP) {\n";
+  s += "          const int64_t pn = p_hi - pb < NBP ? p_hi - pb : NBP;\n";
+  if (amx)
+    s += amx_pack_b(plan, ld, "          ");
+  else
+    s += pack_b(plan, ld);
   // ---- every packed panel x A panel: the micro-kernel, then the merge or the epilogue.
   s += "          for (int64_t p = pb; p < pb + pn; ++p)\n            for (int64_t q = 0; q < nq; ++q) {\n";
   s += "              const int64_t r0 = i0 + q * FUSOR_MR, c0 = p * " + CW + ";\n";
@@ -242,12 +291,17 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
          "              const int64_t lacc = np * 32, accw = 32;\n";
   else
     s += "              float* acc = out + r0 * N + c0;\n              const int64_t lacc = N, accw = cols;\n";
-  s += "              const float* ain = ap + q * kc * FUSOR_MR;\n";
-  s += "              const float* bin = bp + (p - pb) * kc * 32;\n";
+  const std::string ukr = amx ? "fusor_amx_ukr(kcp, " : "fusor_ukr(kc, ";
+  if (amx)
+    s += "              const uint16_t* ain = ap + q * FUSOR_NSA * kcp * 32;\n"
+         "              const uint16_t* bin = bp + (p - pb) * FUSOR_NSB * kcp * 32;\n";
+  else
+    s += "              const float* ain = ap + q * kc * FUSOR_MR;\n"
+         "              const float* bin = bp + (p - pb) * kc * 32;\n";
   s += "              if (rows == FUSOR_MR && accw == 32) {\n";
-  s += "                fusor_ukr(kc, ain, bin, last ? tile : acc, last ? 32 : lacc, first ? NULL : acc, lacc);\n";
+  s += "                " + ukr + "ain, bin, last ? tile : acc, last ? 32 : lacc, first ? NULL : acc, lacc);\n";
   s += "                if (!last) continue;\n              } else {\n";
-  s += "                fusor_ukr(kc, ain, bin, tile, 32, NULL, 0);\n";
+  s += "                " + ukr + "ain, bin, tile, 32, NULL, 0);\n";
   s += "                for (int64_t r = 0; r < rows; ++r) {\n";
   s += "                  float* restrict t = tile + r * 32;\n                  float* restrict a = acc + r * lacc;\n";
   s += "                  if (last) {\n";
@@ -255,6 +309,7 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
   s += "                  } else if (first) for (int64_t j = 0; j < accw; ++j) a[j] = t[j];\n";
   s += "                  else for (int64_t j = 0; j < accw; ++j) a[j] += t[j];\n                }\n";
   s += "                if (!last) continue;\n              }\n";
+  if (amx) s += amx_special_fixup(plan, ld, "              ");
   // The last K block: the tile holds the whole sums; the epilogue reads only L1. When every
   // op renders over __m512 (and operands are f32) it runs 16 lanes at a time with
   // fusor_expf16 and masked edges; otherwise the host compiler vectorises the float loop.
@@ -306,6 +361,7 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
     s += row_norm_simd(*plan.reduction, "row", "row", "N", codegen::float_literal(plan.eps), "", "", "        ");
     s += "      }\n    }\n";
   }
+  if (amx) s += "    _tile_release();\n    free(rf);\n    free(cf);\n"; // (no tile state: less to save on a switch)
   s += "    free(ap);\n    free(bp);\n  }\n";
   if (gated) s += "  free(part);\n";
   s += "  return failed ? 2 : 0;\n";

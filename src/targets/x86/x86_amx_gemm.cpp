@@ -1,0 +1,298 @@
+// The x86_amx lane's pieces of the GEMM body: f32 products on AMX bf16 tiles, exactly.
+// Each f32 operand is split into bf16 parts that sum to it exactly (the top 8 significant
+// bits, the next 8, the last 8: |m| < 2^-7 |x|, |l| < 2^-15 |x|); TDPBF16PS multiplies
+// parts exactly (8 x 8 bits fit f32's 24) and accumulates in f32. By default the six part
+// products of weight >= 2^-16 are computed ("bf16x6"): the three dropped (m.l, l.m, l.l)
+// are below 2^-21 of the product, so a product is good to 2^-21 (f32 rounds to 2^-24) and
+// sums over K keep f32-like error (the oracle's bench errors are below the zmm lane's).
+// Option exact=1 computes all nine: every product exact, 1.5x the tile work. Storage with
+// fewer significant bits needs fewer parts (bf16: 1, f16: 2), and then fewer products. The rest of the loop nest
+// (items, K blocks, epilogue on the L1 tile, row reductions) is the AVX-512 lane's, x86_simd_gemm.cpp.
+//
+// Layouts, per K block rounded up to kcp (a multiple of 32; the pad is zero in A and B):
+//   A panel (32 rows): [part][k / 32][row][32 k] bf16 - a 16-row tile is 16 x 64 bytes.
+//   B panel (32 columns): [part][k / 2][column][k % 2] bf16 - the pairs TDPBF16PS reads.
+// The micro-kernel holds a 32 x 32 tile of C in tmm0-3 over the whole block, A's two row
+// halves in tmm4-5 and B's two column halves in tmm6-7; the products are ordered so that a
+// loaded part is used by as many products as it can before the next load replaces it, and
+// the largest comes last.
+#include <algorithm>
+#include <numeric>
+
+#include "codegen/c_renderer.hpp"
+#include "targets/x86/x86_simd_common.hpp"
+
+namespace fusor::x86::simd {
+
+namespace {
+
+struct Product {
+  int a, b; // part indices
+};
+
+// The products whose weight is at least 2^-16 (a + b <= 2; all when exact), ordered to load fewest tiles
+// with top x top last: the small products sum first, so the one rounding at the scale of the
+// result is the last addition (otherwise each later small product rounds there again).
+std::vector<Product> ordered_products(int nsa, int nsb, bool exact) {
+  std::vector<Product> ps;
+  for (int a = 0; a < nsa; ++a)
+    for (int b = 0; b < nsb; ++b)
+      if (exact || a + b <= 2) ps.push_back({a, b});
+  std::vector<int> perm(ps.size()), best;
+  std::iota(perm.begin(), perm.end(), 0);
+  int best_loads = 1 << 30;
+  do { // at most 9! orders
+    if (ps[perm.back()].a != 0 || ps[perm.back()].b != 0) continue;
+    int loads = 0, la = -1, lb = -1;
+    for (int i : perm) {
+      loads += (ps[i].a != la) + (ps[i].b != lb);
+      la = ps[i].a, lb = ps[i].b;
+    }
+    if (loads < best_loads) best_loads = loads, best = perm;
+  } while (std::next_permutation(perm.begin(), perm.end()));
+  std::vector<Product> out;
+  for (int i : best) out.push_back(ps[i]);
+  return out;
+}
+
+} // namespace
+
+int amx_parts(DType storage, bool has_prologue) {
+  if (has_prologue) return 3; // the prologue's values are any f32
+  return storage == DType::bf16 ? 1 : storage == DType::f16 ? 2 : 3;
+}
+
+std::string amx_source(int nsa, int nsb, bool exact) {
+  std::string s = "#define FUSOR_MR 32\n#define FUSOR_NSA " + std::to_string(nsa) + "\n#define FUSOR_NSB " +
+                  std::to_string(nsb) + "\n";
+  // Tile data is off until the process asks (Linux 5.16+): arch_prctl(ARCH_REQ_XCOMP_PERM,
+  // XFEATURE_XTILEDATA), once per process.
+  s += R"(static int fusor_amx_permit(void) {
+  static int state; /* 0 unknown, 1 granted, -1 denied; asking twice is harmless */
+  int st = __atomic_load_n(&state, __ATOMIC_RELAXED);
+  if (st == 0) {
+    st = syscall(SYS_arch_prctl, 0x1023, 18) == 0 ? 1 : -1;
+    __atomic_store_n(&state, st, __ATOMIC_RELAXED);
+  }
+  return st > 0;
+}
+
+/* Per thread: eight tiles of 16 rows x 64 bytes. */
+static void fusor_amx_config(void) {
+  struct {
+    uint8_t palette, start;
+    uint8_t reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+  } __attribute__((packed, aligned(64))) cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.palette = 1;
+  for (int i = 0; i < 8; ++i) cfg.rows[i] = 16, cfg.colsb[i] = 64;
+  _tile_loadconfig(&cfg);
+}
+
+/* x = h + m + l exactly for finite x, each part a bf16 in the top half of a 32-bit lane (low
+   half zero): truncation leaves a remainder that f32 holds exactly, twice. A NaN stays a NaN
+   (the quiet bit survives the truncation), an infinity is its own top part. Returns the
+   lanes that are not finite. */
+static inline __mmask16 fusor_split16(__m512 x, __m512i* h, __m512i* m, __m512i* l) {
+  const __m512i top = _mm512_set1_epi32((int)0xFFFF0000u);
+  const __mmask16 special = _mm512_fpclass_ps_mask(x, 0x99); /* NaN or +-inf */
+  const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+  __m512i hb = _mm512_and_si512(_mm512_castps_si512(x), top);
+  hb = _mm512_mask_or_epi32(hb, nan, hb, _mm512_set1_epi32(0x00400000));
+  const __m512 r = _mm512_maskz_sub_ps((__mmask16)~special, x, _mm512_castsi512_ps(hb));
+  const __m512i mb = _mm512_and_si512(_mm512_castps_si512(r), top);
+  *h = hb;
+  *m = mb;
+  *l = _mm512_and_si512(_mm512_castps_si512(_mm512_sub_ps(r, _mm512_castsi512_ps(mb))), top);
+  return special;
+}
+
+static inline void fusor_split1(float x, uint16_t* h, uint16_t* m, uint16_t* l) {
+  uint32_t xb, hb, mb, lb;
+  memcpy(&xb, &x, 4);
+  hb = (xb & 0xFFFF0000u) | (x != x ? 0x00400000u : 0u);
+  float hf, mf, r = 0.0f;
+  memcpy(&hf, &hb, 4);
+  if (isfinite(x)) r = x - hf;
+  memcpy(&mb, &r, 4);
+  mb &= 0xFFFF0000u;
+  memcpy(&mf, &mb, 4);
+  r -= mf;
+  memcpy(&lb, &r, 4);
+  *h = (uint16_t)(hb >> 16), *m = (uint16_t)(mb >> 16), *l = (uint16_t)(lb >> 16);
+}
+
+/* Stores parts [0, FUSOR_NS*) of x at p, p + stride, p + 2 stride. */
+static inline void fusor_store_parts(float x, uint16_t* p, int64_t stride, int ns) {
+  uint16_t q[3];
+  fusor_split1(x, &q[0], &q[1], &q[2]);
+  for (int s = 0; s < ns; ++s) p[s * stride] = q[s];
+}
+
+)";
+  // c[32][32] (rows ldc floats apart) = cin + a . b over kc (a multiple of 32) for packed
+  // panels a, b (layouts above; parts kc * 32 elements apart).
+  s += "static void fusor_amx_ukr(int64_t kc, const uint16_t* restrict a, const uint16_t* restrict b, float* c, "
+       "int64_t ldc, const float* cin, int64_t ldin) {\n";
+  s += "  if (cin) {\n";
+  s += "    _tile_loadd(0, cin, ldin * 4);\n    _tile_loadd(1, cin + 16, ldin * 4);\n";
+  s += "    _tile_loadd(2, cin + 16 * ldin, ldin * 4);\n    _tile_loadd(3, cin + 16 * ldin + 16, ldin * 4);\n";
+  s += "  } else {\n    _tile_zero(0);\n    _tile_zero(1);\n    _tile_zero(2);\n    _tile_zero(3);\n  }\n";
+  s += "  const int64_t part = kc * 32;\n";
+  s += "  for (int64_t k = 0; k < kc; k += 32) {\n";
+  s += "    const uint16_t* ak = a + k * 32;\n    const uint16_t* bk = b + k * 32;\n";
+  int la = -1, lb = -1;
+  for (const Product& p : ordered_products(nsa, nsb, exact)) {
+    const std::string A = std::to_string(p.a), B = std::to_string(p.b);
+    if (p.a != la)
+      s += "    _tile_loadd(4, ak + " + A + " * part, 64);\n    _tile_loadd(5, ak + " + A + " * part + 512, 64);\n";
+    if (p.b != lb)
+      s += "    _tile_loadd(6, bk + " + B + " * part, 128);\n    _tile_loadd(7, bk + " + B + " * part + 32, 128);\n";
+    la = p.a, lb = p.b;
+    s += "    _tile_dpbf16ps(0, 4, 6);\n    _tile_dpbf16ps(1, 4, 7);\n";
+    s += "    _tile_dpbf16ps(2, 5, 6);\n    _tile_dpbf16ps(3, 5, 7);\n";
+  }
+  s += "  }\n";
+  s += "  _tile_stored(0, c, ldc * 4);\n  _tile_stored(1, c + 16, ldc * 4);\n";
+  s += "  _tile_stored(2, c + 16 * ldc, ldc * 4);\n  _tile_stored(3, c + 16 * ldc + 16, ldc * 4);\n}\n\n";
+  return s;
+}
+
+std::string amx_pack_a(const GemmPlan& plan, const StorageLoad& ld, const std::string& indent) {
+  const std::string& I = indent;
+  const auto& v16 = codegen::c99_avx512_dialect();
+  const bool vector_prologue =
+      std::all_of(plan.prologue.begin(), plan.prologue.end(), [&](Op op) { return codegen::renders_in(v16, op); });
+  const std::string a_index = plan.a_trans ? "(pc + k) * M + i + r" : "(i + r) * K + pc + k";
+  std::string s;
+  s += I + "for (int64_t q = 0; q < nq; ++q) {\n";
+  s += I + "  const int64_t i = i0 + q * FUSOR_MR, rows = M - i < FUSOR_MR ? M - i : FUSOR_MR;\n";
+  s += I + "  uint16_t* restrict base = ap + q * FUSOR_NSA * kcp * 32;\n";
+  s += I + "  for (int64_t r = 0; r < FUSOR_MR; ++r)\n";
+  s += I + "    for (int64_t k0 = 0; k0 < kcp; k0 += 32) {\n";
+  s += I + "      uint16_t* restrict dst = base + k0 * 32 + r * 32;\n";
+  s += I + "      if (r >= rows) {\n";
+  s += I + "        for (int s = 0; s < FUSOR_NSA; ++s) memset(dst + s * kcp * 32, 0, 64);\n";
+  s += I + "        continue;\n      }\n";
+  if (ld.type == "float" && !plan.a_trans && vector_prologue) {
+    // A row's 32 k: two vectors, the prologue over __m512, zero past kc (after the prologue:
+    // its value at 0 need not be 0, nor finite).
+    s += I + "      for (int h = 0; h < 2; ++h) {\n";
+    s += I + "        const int64_t left = kc - k0 - h * 16;\n";
+    s += I + "        const __mmask16 km = left >= 16 ? (__mmask16)0xFFFF : left <= 0 ? (__mmask16)0 : "
+             "(__mmask16)((1u << left) - 1u);\n";
+    s += I + "        __m512 v = _mm512_maskz_loadu_ps(km, A + (i + r) * K + pc + k0 + h * 16);\n";
+    if (!plan.prologue.empty()) {
+      s += codegen::render_unary_chain(v16, plan.prologue, "v", "", I + "        ");
+      s += I + "        v = _mm512_maskz_mov_ps(km, v);\n";
+    }
+    s += I + "        __m512i p[3];\n";
+    s += I + "        if (fusor_split16(v, &p[0], &p[1], &p[2])) rf[q * FUSOR_MR + r] = 1;\n";
+    s += I + "        for (int s = 0; s < FUSOR_NSA; ++s)\n";
+    s += I + "          _mm256_storeu_si256((__m256i*)(dst + s * kcp * 32 + h * 16), "
+             "_mm512_cvtepi32_epi16(_mm512_srli_epi32(p[s], 16)));\n";
+    s += I + "      }\n";
+  } else {
+    s += I + "      for (int64_t t = 0; t < 32; ++t) {\n";
+    s += I + "        const int64_t k = k0 + t;\n";
+    s += I + "        float v = 0.0f;\n";
+    s += I + "        if (k < kc) {\n";
+    s += I + "          v = " + ld.load("A", a_index) + ";\n";
+    s += codegen::render_unary_chain(codegen::c99_simd_dialect(), plan.prologue, "v", "", I + "          ");
+    s += I + "        }\n";
+    s += I + "        if (!isfinite(v)) rf[q * FUSOR_MR + r] = 1;\n";
+    s += I + "        fusor_store_parts(v, dst + t, kcp * 32, FUSOR_NSA);\n";
+    s += I + "      }\n";
+  }
+  s += I + "    }\n" + I + "}\n";
+  return s;
+}
+
+std::string amx_pack_b(const GemmPlan& plan, const StorageLoad& ld, const std::string& indent) {
+  const std::string& I = indent;
+  const bool gated = plan.gate.has_value();
+  const std::string CW = gated ? "16" : "32";
+  std::string s;
+  if (ld.type == "float" && !plan.b_trans) {
+    // Rows k and k + 1, 16 columns at a time: their parts interleave into one 32-bit lane
+    // per column (row k in the low half), the pair TDPBF16PS multiplies. k outer: each row
+    // of B is read in one run across the block's panels, which the prefetcher follows.
+    s += I + "for (int64_t k = 0; k < kcp; k += 2)\n";
+    s += I + "  for (int64_t pp = 0; pp < pn; ++pp) {\n";
+    s += I + "    uint16_t* restrict dk = bp + pp * FUSOR_NSB * kcp * 32 + k * 32;\n";
+    s += I + "    const int64_t c0 = (pb + pp) * " + CW + ", w = N - c0 < " + CW + " ? N - c0 : " + CW + ";\n";
+    s += I + "    for (int h = 0; h < 2; ++h) {\n";
+    if (gated) {
+      s += I + "      const float* restrict src = h ? B2 : B;\n";
+      s += I + "      const int64_t j0 = c0, left = w;\n";
+    } else {
+      s += I + "      const float* restrict src = B;\n";
+      s += I + "      const int64_t j0 = c0 + h * 16, left = w - h * 16;\n";
+    }
+    s += I + "      const __mmask16 cm = left >= 16 ? (__mmask16)0xFFFF : left <= 0 ? (__mmask16)0 : "
+             "(__mmask16)((1u << left) - 1u);\n";
+    s += I + "      const __m512 x0 = _mm512_maskz_loadu_ps(k < kc ? cm : 0, src + (pc + k) * N + j0);\n";
+    s += I + "      const __m512 x1 = _mm512_maskz_loadu_ps(k + 1 < kc ? cm : 0, src + (pc + k + 1) * N + j0);\n";
+    s += I + "      __m512i p0[3], p1[3];\n";
+    s += I + "      cf[(pb + pp - p_lo) * 2 + h] |= fusor_split16(x0, &p0[0], &p0[1], &p0[2]) | "
+             "fusor_split16(x1, &p1[0], &p1[1], &p1[2]);\n";
+    s += I + "      for (int s = 0; s < FUSOR_NSB; ++s)\n";
+    s += I + "        _mm512_storeu_si512(dk + s * kcp * 32 + h * 32, "
+             "_mm512_or_si512(_mm512_srli_epi32(p0[s], 16), p1[s]));\n";
+    s += I + "    }\n" + I + "  }\n";
+    return s;
+  }
+  s += I + "for (int64_t pp = 0; pp < pn; ++pp) {\n";
+  s += I + "  uint16_t* restrict base = bp + pp * FUSOR_NSB * kcp * 32;\n";
+  s += I + "  const int64_t c0 = (pb + pp) * " + CW + ", w = N - c0 < " + CW + " ? N - c0 : " + CW + ";\n";
+  // Other storage or a transposed B: element by element (16-bit storage: fewer parts).
+  {
+    const std::string b_index = plan.b_trans ? "(c0 + j) * K + pc + k" : "(pc + k) * N + c0 + j";
+    std::string value = ld.load("B", b_index);
+    if (gated)
+      value = "j < 16 ? " + ld.load("B", "(pc + k) * N + c0 + j") + " : " + ld.load("B2", "(pc + k) * N + c0 + j - 16");
+    s += I + "  for (int64_t k = 0; k < kcp; ++k)\n";
+    s += I + "    for (int64_t j = 0; j < 32; ++j) {\n";
+    s += I + "      const int64_t col = " + std::string(gated ? "j & 15" : "j") + ";\n";
+    s += I + "      const float v = k < kc && col < w ? (float)(" + value + ") : 0.0f;\n";
+    s += I + "      if (!isfinite(v)) cf[(pb + pp - p_lo) * 2 + j / 16] |= (uint16_t)(1u << (j & 15));\n";
+    s += I + "      fusor_store_parts(v, base + (k / 2) * 64 + j * 2 + (k & 1), kcp * 32, FUSOR_NSB);\n";
+    s += I + "    }\n";
+  }
+  s += I + "}\n";
+  return s;
+}
+
+std::string amx_special_fixup(const GemmPlan& plan, const StorageLoad& ld, const std::string& indent) {
+  const std::string& I = indent;
+  const bool gated = plan.gate.has_value();
+  const std::string a_index = plan.a_trans ? "k * M + r0 + r" : "(r0 + r) * K + k";
+  std::string b_value;
+  if (gated)
+    b_value = "j < 16 ? " + ld.load("B", "k * N + c0 + j") + " : " + ld.load("B2", "k * N + c0 + j - 16");
+  else
+    b_value = ld.load("B", plan.b_trans ? "(c0 + j) * K + k" : "k * N + c0 + j");
+  std::string s;
+  s += I + "{\n";
+  s += I + "  int any = cf[(p - p_lo) * 2] | cf[(p - p_lo) * 2 + 1];\n";
+  s += I + "  for (int64_t r = 0; r < rows; ++r) any |= rf[r0 - i0 + r];\n";
+  s += I + "  if (any)\n";
+  s += I + "    for (int64_t r = 0; r < rows; ++r)\n";
+  s += I + "      for (int64_t j = 0; j < 32; ++j) {\n";
+  s += I + "        if ((" + std::string(gated ? "j & 15" : "j") + ") >= cols) continue;\n";
+  s += I + "        if (!rf[r0 - i0 + r] && !((cf[(p - p_lo) * 2 + j / 16] >> (j & 15)) & 1)) continue;\n";
+  s += I + "        float sum = 0.0f;\n";
+  s += I + "        for (int64_t k = 0; k < K; ++k) {\n";
+  s += I + "          float v = " + ld.load("A", a_index) + ";\n";
+  s += codegen::render_unary_chain(codegen::c99_simd_dialect(), plan.prologue, "v", "", I + "          ");
+  s += I + "          sum = fmaf(v, " + b_value + ", sum);\n";
+  s += I + "        }\n";
+  s += I + "        tile[r * 32 + j] = sum;\n";
+  s += I + "      }\n";
+  s += I + "}\n";
+  return s;
+}
+
+} // namespace fusor::x86::simd

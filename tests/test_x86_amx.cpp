@@ -1,0 +1,258 @@
+// The x86_amx lane: GEMM-rooted kinds on AMX bf16 tiles with exact f32 products. Every kind
+// and storage passes the oracle; ragged shapes and K split into many blocks match the
+// reference; a single product keeps f32's accuracy (bf16x3 would not); NaN and infinities
+// give what f32 gives (a zero part times an infinity must not make NaN); bf16 and f16
+// operands use fewer parts.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "fusor/operand_gen.hpp"
+#include "fusor/oracle.hpp"
+#include "fusor/reference.hpp"
+#include "fusor/region_text.hpp"
+#include "fusor/target.hpp"
+#include "fusor/toolchain.hpp"
+#include "support/compare.hpp"
+#include "targets/x86/x86_simd_emitter.hpp"
+
+namespace fusor {
+namespace {
+
+Region region_of(const std::string& text) {
+  auto r = parse_region(text);
+  EXPECT_TRUE(r.ok()) << text << ": " << (r.ok() ? "" : r.error().str());
+  return r.value();
+}
+
+const Target& x86() {
+  testing::use_test_cache();
+  const Target* t = builtin_registry().target("x86");
+  EXPECT_NE(t, nullptr);
+  return *t;
+}
+
+const Candidate* amx_lane(RegionKind kind) {
+  for (const Candidate* c : builtin_registry().candidates("x86", kind))
+    if (c->name == "x86_amx") return c;
+  return nullptr;
+}
+
+#define REQUIRE_AMX()                                                                                                  \
+  if (auto why = x86::amx_declines(region_of("matmul { storage = f32 }"))) {                                           \
+    GTEST_SKIP() << "the x86_amx lane declines here: " << *why;                                                        \
+  }
+
+ProblemShape gemm(std::int64_t m, std::int64_t n, std::int64_t k) {
+  ProblemShape s;
+  s.M = m, s.N = n, s.K = k;
+  return s;
+}
+
+// Every thread however small the shape (serial = 0), unless the test's knobs say otherwise.
+Expected<RunOutput> run_amx(const Region& region, const std::vector<Tensor>& operands,
+                            std::map<std::string, std::string> knobs = {}) {
+  ExecuteOptions o;
+  o.candidate = amx_lane(region_kind(region));
+  knobs.try_emplace("serial", "0");
+  o.emit.options = std::move(knobs);
+  o.reference_fallback = false;
+  return execute_on_target(x86(), region, operands, o);
+}
+
+void expect_matches_reference(const Region& region, const std::vector<Tensor>& operands,
+                              std::map<std::string, std::string> knobs = {}) {
+  auto ref = evaluate_reference(region, operands);
+  ASSERT_TRUE(ref.ok()) << ref.error().str();
+  auto out = run_amx(region, operands, std::move(knobs));
+  ASSERT_TRUE(out.ok()) << print_region(region) << ": " << out.error().str();
+  EXPECT_EQ(out->tag, "x86_amx");
+  const DType st = region_storage(region);
+  const double atol = st == DType::f32 ? 1e-3 : (st == DType::f16 ? 5e-3 : 5e-2);
+  EXPECT_TRUE(testing::all_close(out->output, *ref, atol))
+      << print_region(region) << " at " << shape_str(operands[0].shape) << " x " << shape_str(operands[1].shape);
+}
+
+void expect_matches_reference(const Region& region, const ProblemShape& dims, std::uint64_t seed, double scale,
+                              std::map<std::string, std::string> knobs = {}) {
+  expect_matches_reference(region, make_operands(region, dims, seed, scale), std::move(knobs));
+}
+
+void expect_verified(const Region& region, std::map<std::string, std::string> knobs = {}) {
+  const Candidate* c = amx_lane(region_kind(region));
+  ASSERT_NE(c, nullptr);
+  ASSERT_FALSE(c->declines(region).has_value());
+  EmitOptions options;
+  options.options = std::move(knobs);
+  auto src = c->emit(region, options);
+  ASSERT_TRUE(src.ok()) << src.error().str();
+  EXPECT_EQ(src->lane, "x86_amx");
+  auto artifact = x86().compile(*src);
+  ASSERT_TRUE(artifact.ok()) << artifact.error().str();
+  auto report = verify(region, x86(), *artifact);
+  ASSERT_TRUE(report.ok()) << report.error().str();
+  EXPECT_TRUE(report->verified) << print_region(region) << "\n" << report->summary();
+}
+
+// K blocks of 32 (several per probe), 32-row blocks: partial sums merge through `out`.
+const std::map<std::string, std::string> kSmallBlocks = {{"kc", "32"}, {"mc", "32"}, {"serial", "0"}};
+const std::int64_t kRagged[] = {1, 7, 33, 129};
+
+TEST(X86Amx, RegisteredForGemmKindsOnly) {
+  for (RegionKind kind : {RegionKind::fused, RegionKind::matmul, RegionKind::gated}) {
+    const Candidate* c = amx_lane(kind);
+    ASSERT_NE(c, nullptr) << region_kind_name(kind);
+    EXPECT_EQ(c->tier, 2);
+  }
+  EXPECT_EQ(amx_lane(RegionKind::attention), nullptr);
+  auto why = x86::amx_declines(region_of("attention { causal = true }"));
+  ASSERT_TRUE(why.has_value());
+  if (host_has_avx512()) {
+    EXPECT_NE(why->find("GEMM-rooted"), std::string::npos) << *why;
+  }
+}
+
+TEST(X86Amx, RejectsTheZmmTileKnobs) {
+  REQUIRE_AMX();
+  const Region region = region_of("fused { epilogue = [bias] }");
+  EmitOptions options;
+  options.options = {{"mr", "12"}};
+  auto src = amx_lane(RegionKind::fused)->emit(region, options);
+  ASSERT_FALSE(src.ok());
+  EXPECT_EQ(src.error().code, ErrorCode::emit_unsupported);
+  EXPECT_NE(src.error().message.find("lane x86_amx"), std::string::npos) << src.error().message;
+  EXPECT_NE(src.error().message.find("options: kc, mc, serial"), std::string::npos) << src.error().message;
+}
+
+TEST(X86Amx, OracleVerifiesEveryGemmKind) {
+  REQUIRE_AMX();
+  const char* regions[] = {
+      "fused { epilogue = [bias, gelu] }",
+      "fused { prologue = [relu]; epilogue = [bias, gelu_erf, sigmoid]; residual = true; a_layout = col_major }",
+      "fused { prologue = [gelu, tanh]; epilogue = [relu, bias, silu]; b_layout = col_major }",
+      "fused { epilogue = [bias]; reduction = softmax }",
+      "fused { epilogue = [bias]; reduction = rmsnorm }",
+      "fused { epilogue = [bias, relu]; reduction = layer_norm; storage = bf16 }",
+      "fused { epilogue = [bias, relu]; residual = true; storage = f16 }",
+      "fused { prologue = [silu]; epilogue = [bias]; storage = bf16 }",
+      "matmul { transpose_a = true; transpose_b = true }",
+      "matmul { storage = bf16 }",
+      "matmul { storage = f16; transpose_b = true }",
+      "gated { gate_act = silu }",
+      "gated { gate_act = gelu; storage = bf16 }",
+  };
+  for (const char* text : regions) expect_verified(region_of(text));
+  for (const char* text : {"fused { epilogue = [bias, gelu]; residual = true }", "gated { gate_act = silu }",
+                           "fused { epilogue = [bias]; reduction = softmax }"})
+    expect_verified(region_of(text), kSmallBlocks);
+}
+
+TEST(X86Amx, RaggedShapesAndKBlocks) {
+  REQUIRE_AMX();
+  const Region region = region_of("fused { prologue = [relu]; epilogue = [bias, gelu]; residual = true }");
+  for (auto m : kRagged)
+    for (auto n : kRagged)
+      for (auto k : kRagged) expect_matches_reference(region, gemm(m, n, k), 3, 0.5);
+  // K = 129 in five blocks of 32 (the last padded), 32-row items.
+  for (auto m : kRagged) expect_matches_reference(region, gemm(m, 33, 129), 5, 0.5, kSmallBlocks);
+  const Region col = region_of("fused { epilogue = [bias, silu]; a_layout = col_major; b_layout = col_major }");
+  for (auto m : kRagged) expect_matches_reference(col, gemm(m, 129, 17), 4, 0.5);
+  for (const char* storage : {"f32", "f16", "bf16"})
+    for (bool ta : {false, true}) {
+      const Region mm =
+          region_of(std::string("matmul { storage = ") + storage + "; transpose_a = " + (ta ? "true" : "false") +
+                    "; transpose_b = " + (ta ? "false" : "true") + " }");
+      expect_matches_reference(mm, gemm(17, 129, 7), 9, 0.4);
+      expect_matches_reference(mm, gemm(64, 64, 64), 10, 0.4);
+    }
+  const Region silu = region_of("gated { gate_act = silu }");
+  for (auto m : kRagged) expect_matches_reference(silu, gemm(m, 17, 129), 11, 0.3);
+  expect_matches_reference(silu, gemm(129, 1000, 129), 12, 0.3, kSmallBlocks); // partial g|u sums
+  expect_matches_reference(region_of("fused { epilogue = [bias]; reduction = layer_norm }"), gemm(33, 1000, 65), 6,
+                           0.5);
+}
+
+// One product per output (K = 1) over random f32 values. bf16x6 drops part products below
+// 2^-21 of the whole (three products, bf16x3, would leave 2^-14 and fail); exact=1 leaves
+// only the final f32 rounding (2^-24), the small parts having summed first.
+TEST(X86Amx, SingleProductsAccuracy) {
+  REQUIRE_AMX();
+  const Region region = region_of("matmul { storage = f32 }");
+  const auto operands = make_operands(region, gemm(64, 64, 1), 21, 1.0);
+  for (const char* exact : {"0", "1"}) {
+    auto out = run_amx(region, operands, {{"exact", exact}});
+    ASSERT_TRUE(out.ok()) << out.error().str();
+    double worst = 0;
+    for (std::int64_t i = 0; i < 64; ++i)
+      for (std::int64_t j = 0; j < 64; ++j) {
+        const double product = static_cast<double>(operands[0].data[i]) * operands[1].data[j];
+        if (product == 0) continue;
+        worst = std::max(worst, std::fabs(out->output.data[i * 64 + j] - product) / std::fabs(product));
+      }
+    const double bound = exact[0] == '1' ? std::ldexp(1.0, -24) * 1.01 : std::ldexp(1.0, -21) + std::ldexp(1.0, -24);
+    EXPECT_LE(worst, bound) << "exact=" << exact;
+    EXPECT_GT(worst, 0.0) << "exact=" << exact; // f32 rounding is there: the check can see errors
+  }
+}
+
+// A row of A or a column of B holding an infinity or a NaN gives what f32 gives: inf * b is
+// inf for b != 0 (a zero part of b must not turn it into NaN), inf * 0 and NaN * b are NaN.
+TEST(X86Amx, NaNAndInfinitiesAsF32) {
+  REQUIRE_AMX();
+  for (const char* text :
+       {"fused { epilogue = [bias]; residual = true }", "matmul { transpose_b = true }", "gated { gate_act = relu }"}) {
+    const Region region = region_of(text);
+    for (const auto& knobs : {std::map<std::string, std::string>{}, kSmallBlocks}) {
+      auto operands = make_operands(region, gemm(40, 50, 70), 31, 0.5);
+      Tensor& a = operands[0];
+      Tensor& b = operands[1];
+      a.data[3 * 70 + 5] = INFINITY;    // row 3
+      a.data[20 * 70 + 69] = -INFINITY; // row 20, the last k (in the padded block)
+      a.data[33 * 70 + 0] = NAN;        // row 33
+      // Exact small values in B (zero middle and low parts), one zero, one infinity.
+      for (auto& v : b.data) v = std::round(v * 8.0f) / 8.0f;
+      b.data[5] = 0.0f;
+      b.data[b.data.size() - 1] = INFINITY;
+      if (operands.size() > 2 && region_kind(region) == RegionKind::gated) operands[2].data[7] = -INFINITY;
+      expect_matches_reference(region, operands, knobs);
+    }
+  }
+}
+
+// Parts per operand: bf16 values are one bf16, f16 values two; a prologue makes any f32.
+TEST(X86Amx, PartsFollowStorage) {
+  REQUIRE_AMX();
+  auto source = [](const std::string& text) {
+    const Region region = region_of(text);
+    auto src = amx_lane(region_kind(region))->emit(region, {});
+    EXPECT_TRUE(src.ok()) << text;
+    return src.ok() ? src->source : std::string();
+  };
+  const std::string f32 = source("matmul { storage = f32 }"), f16 = source("matmul { storage = f16 }"),
+                    bf16 = source("matmul { storage = bf16 }"),
+                    bf16_prologue = source("fused { prologue = [silu]; epilogue = [bias]; storage = bf16 }");
+  EXPECT_NE(f32.find("#define FUSOR_NSA 3\n#define FUSOR_NSB 3"), std::string::npos);
+  EXPECT_NE(f16.find("#define FUSOR_NSA 2\n#define FUSOR_NSB 2"), std::string::npos);
+  EXPECT_NE(bf16.find("#define FUSOR_NSA 1\n#define FUSOR_NSB 1"), std::string::npos);
+  EXPECT_NE(bf16_prologue.find("#define FUSOR_NSA 3\n#define FUSOR_NSB 1"), std::string::npos);
+  // Six products for f32 (x6), all four for f16 (its 11 bits are 8 + 3), one for bf16: four
+  // tile products each.
+  auto count = [](const std::string& s) {
+    size_t n = 0;
+    for (size_t at = s.find("_tile_dpbf16ps("); at != std::string::npos; at = s.find("_tile_dpbf16ps(", at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count(f32), 24u);
+  EXPECT_EQ(count(f16), 16u);
+  EXPECT_EQ(count(bf16), 4u);
+  const Region mm = region_of("matmul { storage = f32 }");
+  EmitOptions exact;
+  exact.options = {{"exact", "1"}};
+  auto all_nine = amx_lane(RegionKind::matmul)->emit(mm, exact);
+  ASSERT_TRUE(all_nine.ok());
+  EXPECT_EQ(count(all_nine->source), 36u);
+  expect_verified(mm, {{"exact", "1"}});
+}
+
+} // namespace
+} // namespace fusor

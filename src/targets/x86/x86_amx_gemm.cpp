@@ -140,19 +140,45 @@ static inline void fusor_store_parts(float x, uint16_t* p, int64_t stride, int n
   s += "    _tile_loadd(0, cin, ldin * 4);\n    _tile_loadd(1, cin + 16, ldin * 4);\n";
   s += "    _tile_loadd(2, cin + 16 * ldin, ldin * 4);\n    _tile_loadd(3, cin + 16 * ldin + 16, ldin * 4);\n";
   s += "  } else {\n    _tile_zero(0);\n    _tile_zero(1);\n    _tile_zero(2);\n    _tile_zero(3);\n  }\n";
+  // Software-pipelined: a tile is loaded for the next product as soon as the current one
+  // has issued its last product reading that register (tiles are not renamed), so loads
+  // overlap the other products instead of waiting for all four. The dps are ordered to free
+  // first the registers the next product replaces.
+  const std::vector<Product> ps = ordered_products(nsa, nsb, exact);
+  auto load = [](int reg, int part, const std::string& at) {
+    const std::string P = std::to_string(part);
+    switch (reg) {
+    case 4: return "_tile_loadd(4, a + " + at + " + " + P + " * part, 64);";
+    case 5: return "_tile_loadd(5, a + " + at + " + " + P + " * part + 512, 64);";
+    case 6: return "_tile_loadd(6, b + " + at + " + " + P + " * part, 128);";
+    default: return "_tile_loadd(7, b + " + at + " + " + P + " * part + 32, 128);";
+    }
+  };
   s += "  const int64_t part = kc * 32;\n";
+  s += "  " + load(4, ps[0].a, "0") + "\n  " + load(5, ps[0].a, "0") + "\n";
+  s += "  " + load(6, ps[0].b, "0") + "\n  " + load(7, ps[0].b, "0") + "\n";
   s += "  for (int64_t k = 0; k < kc; k += 32) {\n";
-  s += "    const uint16_t* ak = a + k * 32;\n    const uint16_t* bk = b + k * 32;\n";
-  int la = -1, lb = -1;
-  for (const Product& p : ordered_products(nsa, nsb, exact)) {
-    const std::string A = std::to_string(p.a), B = std::to_string(p.b);
-    if (p.a != la)
-      s += "    _tile_loadd(4, ak + " + A + " * part, 64);\n    _tile_loadd(5, ak + " + A + " * part + 512, 64);\n";
-    if (p.b != lb)
-      s += "    _tile_loadd(6, bk + " + B + " * part, 128);\n    _tile_loadd(7, bk + " + B + " * part + 32, 128);\n";
-    la = p.a, lb = p.b;
-    s += "    _tile_dpbf16ps(0, 4, 6);\n    _tile_dpbf16ps(1, 4, 7);\n";
-    s += "    _tile_dpbf16ps(2, 5, 6);\n    _tile_dpbf16ps(3, 5, 7);\n";
+  s += "    const int64_t at = k * 32, next = at + 1024;\n"; // a k step of a part: 32 x 32
+  for (size_t i = 0; i < ps.size(); ++i) {
+    const bool wrap = i + 1 == ps.size(); // the next product is the next k step's first
+    const Product& nx = wrap ? ps[0] : ps[i + 1];
+    const bool new_a = wrap || nx.a != ps[i].a, new_b = wrap || nx.b != ps[i].b;
+    static const int kAFirst[4][3] = {{0, 4, 6}, {1, 4, 7}, {2, 5, 6}, {3, 5, 7}};
+    static const int kBFirst[4][3] = {{0, 4, 6}, {2, 5, 6}, {1, 4, 7}, {3, 5, 7}};
+    const auto& order = new_b && !new_a ? kBFirst : kAFirst;
+    for (int j = 0; j < 4; ++j) {
+      s += "    _tile_dpbf16ps(" + std::to_string(order[j][0]) + ", " + std::to_string(order[j][1]) + ", " +
+           std::to_string(order[j][2]) + ");\n";
+      for (int reg = 4; reg <= 7; ++reg) {
+        const bool replaced = reg < 6 ? new_a : new_b;
+        int last = -1;
+        for (int u = 0; u < 4; ++u)
+          if (order[u][1] == reg || order[u][2] == reg) last = u;
+        if (!replaced || last != j) continue;
+        const std::string l = load(reg, reg < 6 ? nx.a : nx.b, wrap ? "next" : "at");
+        s += wrap ? "    if (k + 32 < kc) " + l + "\n" : "    " + l + "\n";
+      }
+    }
   }
   s += "  }\n";
   s += "  _tile_stored(0, c, ldc * 4);\n  _tile_stored(1, c + 16, ldc * 4);\n";

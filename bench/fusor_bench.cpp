@@ -1,7 +1,7 @@
 // fusor-bench: fusor's x86 lanes against the CPU peers of shared/PEERS.md, in one run, on the
 // same inputs: warm-up, then the median of interleaved repetitions of each contender. GEMM-
-// rooted cases run the x86_amx lane where the host has AMX (and the x86_avx512 lane beside it,
-// as `fusor_avx512`), every other case the x86_avx512 lane; --lane picks the GEMM lane.
+// rooted and attention cases run the x86_amx lane where the host has AMX (and the x86_avx512
+// lane beside it, as `fusor_avx512`), every other case the x86_avx512 lane; --lane picks.
 // fusor is timed on the kernel call alone (operands already packed into their ABI buffers);
 // each peer on its equivalent calls. `fusor bench` execs this program.
 //
@@ -84,7 +84,8 @@ Expected<const Candidate*> lane_candidate(const std::string& lane, const Region&
   return make_error(ErrorCode::emit_unsupported, lane + " is not registered for this kind");
 }
 
-// --lane: the lane of GEMM-rooted cases (empty: x86_amx where it runs, else x86_avx512).
+// --lane: the lane of GEMM-rooted and attention cases (empty: x86_amx where it runs, else
+// x86_avx512).
 std::string& gemm_lane_choice() {
   static std::string lane;
   return lane;
@@ -239,7 +240,7 @@ struct EpiloguePass {
   }
 };
 
-// GEMM-rooted cases on the x86_amx lane also time the x86_avx512 lane, as `fusor_avx512`.
+// Cases on the x86_amx lane also time the x86_avx512 lane, as `fusor_avx512`.
 void also_avx512(const Region& region, const std::vector<Tensor>& operands, const Kernel& k, std::optional<Kernel>& k2,
                  std::vector<std::function<void()>>& fns, std::vector<std::string>& names) {
   if (k.lane == kAvx512) return;
@@ -406,7 +407,7 @@ Result bench_attention(std::int64_t S, std::int64_t D, bool causal, const Option
   ProblemShape dims;
   dims.batch = B, dims.heads = H, dims.kv_heads = H, dims.M = S, dims.Nk = S, dims.D = D, dims.Dv = D;
   const auto operands = make_operands(region, dims, 11, 1.0);
-  Kernel k = make_kernel(region, operands);
+  Kernel k = make_kernel(region, operands, gemm_lane(region));
   Result r;
   r.name = std::string("attention_") + (causal ? "causal_" : "") + "s" + std::to_string(S) + "_d" + std::to_string(D);
   r.shape = "B=2 H=4 S=" + std::to_string(S) + " D=" + std::to_string(D);
@@ -428,6 +429,8 @@ Result bench_attention(std::int64_t S, std::int64_t D, bool causal, const Option
   r.err_note = "first 32 queries of each head";
   std::vector<std::function<void()>> fns{[&] { k.call(); }};
   std::vector<std::string> names;
+  std::optional<Kernel> k2;
+  also_avx512(region, operands, k, k2, fns, names);
 #ifdef FUSOR_BENCH_ONEDNN
   // Unfused: scores = scale * Q K^T (+ causal mask) -> softmax primitive -> P V.
   using namespace dnnl;

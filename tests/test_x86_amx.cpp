@@ -1,8 +1,8 @@
-// The x86_amx lane: GEMM-rooted kinds on AMX bf16 tiles with exact f32 products. Every kind
-// and storage passes the oracle; ragged shapes and K split into many blocks match the
-// reference; a single product keeps f32's accuracy (bf16x3 would not); NaN and infinities
-// give what f32 gives (a zero part times an infinity must not make NaN); bf16 and f16
-// operands use fewer parts.
+// The x86_amx lane: GEMM-rooted kinds and attention on AMX bf16 tiles with exact f32
+// products. Every kind and storage passes the oracle; ragged shapes and K split into many
+// blocks match the reference; a single product keeps f32's accuracy (bf16x3 would not); NaN
+// and infinities give what f32 gives (a zero part times an infinity must not make NaN);
+// bf16 and f16 operands use fewer parts.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -46,6 +46,13 @@ const Candidate* amx_lane(RegionKind kind) {
 ProblemShape gemm(std::int64_t m, std::int64_t n, std::int64_t k) {
   ProblemShape s;
   s.M = m, s.N = n, s.K = k;
+  return s;
+}
+
+ProblemShape attention_dims(std::int64_t batch, std::int64_t heads, std::int64_t kv, std::int64_t m, std::int64_t nk,
+                            std::int64_t d, std::int64_t dv) {
+  ProblemShape s;
+  s.batch = batch, s.heads = heads, s.kv_heads = kv, s.M = m, s.Nk = nk, s.D = d, s.Dv = dv;
   return s;
 }
 
@@ -98,17 +105,17 @@ void expect_verified(const Region& region, std::map<std::string, std::string> kn
 const std::map<std::string, std::string> kSmallBlocks = {{"kc", "32"}, {"mc", "32"}, {"serial", "0"}};
 const std::int64_t kRagged[] = {1, 7, 33, 129};
 
-TEST(X86Amx, RegisteredForGemmKindsOnly) {
-  for (RegionKind kind : {RegionKind::fused, RegionKind::matmul, RegionKind::gated}) {
+TEST(X86Amx, RegisteredForGemmKindsAndAttention) {
+  for (RegionKind kind : {RegionKind::fused, RegionKind::matmul, RegionKind::gated, RegionKind::attention}) {
     const Candidate* c = amx_lane(kind);
     ASSERT_NE(c, nullptr) << region_kind_name(kind);
     EXPECT_EQ(c->tier, 2);
   }
-  EXPECT_EQ(amx_lane(RegionKind::attention), nullptr);
-  auto why = x86::amx_declines(region_of("attention { causal = true }"));
+  EXPECT_EQ(amx_lane(RegionKind::norm_chain), nullptr);
+  auto why = x86::amx_declines(region_of("norm_chain { norm = rmsnorm }"));
   ASSERT_TRUE(why.has_value());
   if (host_has_avx512()) {
-    EXPECT_NE(why->find("GEMM-rooted"), std::string::npos) << *why;
+    EXPECT_NE(why->find("GEMM-rooted kinds and attention"), std::string::npos) << *why;
   }
 }
 
@@ -121,7 +128,7 @@ TEST(X86Amx, RejectsTheZmmTileKnobs) {
   ASSERT_FALSE(src.ok());
   EXPECT_EQ(src.error().code, ErrorCode::emit_unsupported);
   EXPECT_NE(src.error().message.find("lane x86_amx"), std::string::npos) << src.error().message;
-  EXPECT_NE(src.error().message.find("options: kc, mc, serial"), std::string::npos) << src.error().message;
+  EXPECT_NE(src.error().message.find("options: kc, mc, nb, serial, exact"), std::string::npos) << src.error().message;
 }
 
 TEST(X86Amx, OracleVerifiesEveryGemmKind) {
@@ -217,6 +224,57 @@ TEST(X86Amx, NaNAndInfinitiesAsF32) {
       expect_matches_reference(region, operands, knobs);
     }
   }
+}
+
+TEST(X86Amx, AttentionOracleAndShapes) {
+  REQUIRE_AMX();
+  for (const char* text :
+       {"attention { scale = 0.125; causal = true }", "attention { scale = 0.125; causal = false }",
+        "attention { scale = 0.3; causal = false; q_transposed = true; k_transposed = true; storage = f16 }",
+        "attention { scale = -0.5; causal = true; storage = bf16 }"})
+    expect_verified(region_of(text));
+  expect_verified(region_of("attention { causal = true }"), {{"nb", "32"}, {"serial", "0"}});
+  for (bool causal : {false, true}) {
+    const Region region =
+        region_of(std::string("attention { scale = 0.2; causal = ") + (causal ? "true" : "false") + " }");
+    for (std::int64_t d : {16, 17, 64, 128}) {
+      expect_matches_reference(region, attention_dims(0, 1, 1, 17, 1100, d, d), 14, 1.0);
+      expect_matches_reference(region, attention_dims(0, 1, 1, 129, 7, d, d), 15, 1.0);
+      expect_matches_reference(region, attention_dims(0, 1, 1, 129, 129, d, d), 16, 1.0);
+    }
+    expect_matches_reference(region, attention_dims(2, 4, 2, 33, 65, 64, 64), 17, 1.0); // batch, heads, GQA
+    expect_matches_reference(region, attention_dims(1, 6, 3, 9, 17, 24, 40), 18, 1.0);  // ragged D and Dv
+    // Several key blocks (a causal diagonal inside a later one), Dv = 32 + 32 + 16.
+    expect_matches_reference(region, attention_dims(0, 1, 1, 150, 300, 64, 80), 19, 1.0, {{"nb", "64"}});
+  }
+  const Region negative = region_of("attention { scale = -0.3; causal = false; q_transposed = true }");
+  expect_matches_reference(negative, attention_dims(0, 2, 2, 29, 70, 48, 48), 21, 1.0);
+}
+
+// Infinite queries and keys take the f32 recomputation of their scores; a NaN value of a key
+// masked for earlier queries must reach only the queries that see it (a head whose V is not
+// all finite keeps the zmm P·V, which never multiplies masked keys).
+TEST(X86Amx, AttentionNaNAndInfinities) {
+  REQUIRE_AMX();
+  const Region causal = region_of("attention { scale = 0.25; causal = true }");
+  for (const auto& knobs : std::vector<std::map<std::string, std::string>>{{}, {{"nb", "32"}}}) {
+    const std::int64_t m = 60, first_nan = 37;
+    auto operands = make_operands(causal, attention_dims(0, 1, 1, m, m, 16, 16), 33, 1.0);
+    for (std::int64_t n = first_nan; n < m; ++n)
+      for (std::int64_t c = 0; c < 16; ++c) operands[2].data[n * 16 + c] = NAN;
+    expect_matches_reference(causal, operands, knobs);
+    auto out = run_amx(causal, operands, knobs);
+    ASSERT_TRUE(out.ok()) << out.error().str();
+    for (std::int64_t i = 0; i < m; ++i)
+      EXPECT_EQ(std::isnan(out->output.data[i * 16]), i >= first_nan) << "query " << i;
+  }
+  const Region plain = region_of("attention { scale = 0.25; causal = false }");
+  auto operands = make_operands(plain, attention_dims(0, 1, 1, 40, 70, 16, 16), 34, 1.0);
+  for (auto& v : operands[1].data) v = std::round(v * 4.0f) / 4.0f; // keys with zero lower parts
+  operands[0].data[3 * 16 + 2] = -INFINITY; // query 3: -inf scores where k > 0, +inf where k < 0
+  operands[1].data[5 * 16 + 7] = INFINITY;  // key 5
+  operands[0].data[9 * 16 + 0] = NAN;       // query 9
+  expect_matches_reference(plain, operands);
 }
 
 // Parts per operand: bf16 values are one bf16, f16 values two; a prologue makes any f32.

@@ -133,8 +133,9 @@ static inline void fusor_store_parts(float x, uint16_t* p, int64_t stride, int n
 
 )";
   // c[32][32] (rows ldc floats apart) = cin + a . b over kc (a multiple of 32) for packed
-  // panels a, b (layouts above; parts kc * 32 elements apart).
-  s += "static void fusor_amx_ukr(int64_t kc, const uint16_t* restrict a, const uint16_t* restrict b, float* c, "
+  // panels a, b (layouts above; their parts pa and pb elements apart).
+  s += "static void fusor_amx_ukr(int64_t kc, const uint16_t* restrict a, int64_t pa, const uint16_t* restrict b, "
+       "int64_t pb, float* c, "
        "int64_t ldc, const float* cin, int64_t ldin) {\n";
   s += "  if (cin) {\n";
   s += "    _tile_loadd(0, cin, ldin * 4);\n    _tile_loadd(1, cin + 16, ldin * 4);\n";
@@ -148,13 +149,12 @@ static inline void fusor_store_parts(float x, uint16_t* p, int64_t stride, int n
   auto load = [](int reg, int part, const std::string& at) {
     const std::string P = std::to_string(part);
     switch (reg) {
-    case 4: return "_tile_loadd(4, a + " + at + " + " + P + " * part, 64);";
-    case 5: return "_tile_loadd(5, a + " + at + " + " + P + " * part + 512, 64);";
-    case 6: return "_tile_loadd(6, b + " + at + " + " + P + " * part, 128);";
-    default: return "_tile_loadd(7, b + " + at + " + " + P + " * part + 32, 128);";
+    case 4: return "_tile_loadd(4, a + " + at + " + " + P + " * pa, 64);";
+    case 5: return "_tile_loadd(5, a + " + at + " + " + P + " * pa + 512, 64);";
+    case 6: return "_tile_loadd(6, b + " + at + " + " + P + " * pb, 128);";
+    default: return "_tile_loadd(7, b + " + at + " + " + P + " * pb + 32, 128);";
     }
   };
-  s += "  const int64_t part = kc * 32;\n";
   s += "  " + load(4, ps[0].a, "0") + "\n  " + load(5, ps[0].a, "0") + "\n";
   s += "  " + load(6, ps[0].b, "0") + "\n  " + load(7, ps[0].b, "0") + "\n";
   s += "  for (int64_t k = 0; k < kc; k += 32) {\n";
@@ -186,12 +186,47 @@ static inline void fusor_store_parts(float x, uint16_t* p, int64_t stride, int n
   return s;
 }
 
-std::string amx_pack_a(const GemmPlan& plan, const StorageLoad& ld, const std::string& indent) {
+std::string amx_pack_row_chunk(const AmxRowChunk& c, const StorageLoad& ld, const std::string& indent) {
   const std::string& I = indent;
   const auto& v16 = codegen::c99_avx512_dialect();
   const bool vector_prologue =
-      std::all_of(plan.prologue.begin(), plan.prologue.end(), [&](Op op) { return codegen::renders_in(v16, op); });
-  const std::string a_index = plan.a_trans ? "(pc + k) * M + i + r" : "(i + r) * K + pc + k";
+      std::all_of(c.prologue.begin(), c.prologue.end(), [&](Op op) { return codegen::renders_in(v16, op); });
+  std::string s;
+  if (ld.type == "float" && !c.contiguous.empty() && vector_prologue) {
+    // 32 k: two vectors, the prologue over __m512, zero past the valid count (after the
+    // prologue: its value at 0 need not be 0, nor finite).
+    // (Parts are exact bf16, so the rounding conversion of two vectors into 32 bf16 is exact.)
+    s += I + "__m512i p[2][3];\n";
+    s += I + "for (int h = 0; h < 2; ++h) {\n";
+    s += I + "  const int64_t left = " + c.valid + " - h * 16;\n";
+    s += I + "  const __mmask16 km = left >= 16 ? (__mmask16)0xFFFF : left <= 0 ? (__mmask16)0 : "
+             "(__mmask16)((1u << left) - 1u);\n";
+    s += I + "  __m512 v = _mm512_maskz_loadu_ps(km, " + c.contiguous + " + h * 16);\n";
+    if (!c.prologue.empty()) {
+      s += codegen::render_unary_chain(v16, c.prologue, "v", "", I + "  ");
+      s += I + "  v = _mm512_maskz_mov_ps(km, v);\n";
+    }
+    s += I + "  if (fusor_split16(v, &p[h][0], &p[h][1], &p[h][2])) " + c.flag + " = 1;\n";
+    s += I + "}\n";
+    s += I + "for (int s = 0; s < " + c.parts + "; ++s)\n";
+    s += I + "  _mm512_storeu_si512(" + c.dst + " + s * " + c.part_stride +
+         ", (__m512i)_mm512_cvtne2ps_pbh(_mm512_castsi512_ps(p[1][s]), _mm512_castsi512_ps(p[0][s])));\n";
+  } else {
+    s += I + "for (int64_t t = 0; t < 32; ++t) {\n";
+    s += I + "  float v = 0.0f;\n";
+    s += I + "  if (t < " + c.valid + ") {\n";
+    s += I + "    v = " + ld.load(c.source, c.element) + ";\n";
+    s += codegen::render_unary_chain(codegen::c99_simd_dialect(), c.prologue, "v", "", I + "    ");
+    s += I + "  }\n";
+    s += I + "  if (!isfinite(v)) " + c.flag + " = 1;\n";
+    s += I + "  fusor_store_parts(v, " + c.dst + " + t, " + c.part_stride + ", " + c.parts + ");\n";
+    s += I + "}\n";
+  }
+  return s;
+}
+
+std::string amx_pack_a(const GemmPlan& plan, const StorageLoad& ld, const std::string& indent) {
+  const std::string& I = indent;
   std::string s;
   s += I + "for (int64_t q = 0; q < nq; ++q) {\n";
   s += I + "  const int64_t i = i0 + q * FUSOR_MR, rows = M - i < FUSOR_MR ? M - i : FUSOR_MR;\n";
@@ -202,36 +237,17 @@ std::string amx_pack_a(const GemmPlan& plan, const StorageLoad& ld, const std::s
   s += I + "      if (r >= rows) {\n";
   s += I + "        for (int s = 0; s < FUSOR_NSA; ++s) memset(dst + s * kcp * 32, 0, 64);\n";
   s += I + "        continue;\n      }\n";
-  if (ld.type == "float" && !plan.a_trans && vector_prologue) {
-    // A row's 32 k: two vectors, the prologue over __m512, zero past kc (after the prologue:
-    // its value at 0 need not be 0, nor finite).
-    s += I + "      for (int h = 0; h < 2; ++h) {\n";
-    s += I + "        const int64_t left = kc - k0 - h * 16;\n";
-    s += I + "        const __mmask16 km = left >= 16 ? (__mmask16)0xFFFF : left <= 0 ? (__mmask16)0 : "
-             "(__mmask16)((1u << left) - 1u);\n";
-    s += I + "        __m512 v = _mm512_maskz_loadu_ps(km, A + (i + r) * K + pc + k0 + h * 16);\n";
-    if (!plan.prologue.empty()) {
-      s += codegen::render_unary_chain(v16, plan.prologue, "v", "", I + "        ");
-      s += I + "        v = _mm512_maskz_mov_ps(km, v);\n";
-    }
-    s += I + "        __m512i p[3];\n";
-    s += I + "        if (fusor_split16(v, &p[0], &p[1], &p[2])) rf[q * FUSOR_MR + r] = 1;\n";
-    s += I + "        for (int s = 0; s < FUSOR_NSA; ++s)\n";
-    s += I + "          _mm256_storeu_si256((__m256i*)(dst + s * kcp * 32 + h * 16), "
-             "_mm512_cvtepi32_epi16(_mm512_srli_epi32(p[s], 16)));\n";
-    s += I + "      }\n";
-  } else {
-    s += I + "      for (int64_t t = 0; t < 32; ++t) {\n";
-    s += I + "        const int64_t k = k0 + t;\n";
-    s += I + "        float v = 0.0f;\n";
-    s += I + "        if (k < kc) {\n";
-    s += I + "          v = " + ld.load("A", a_index) + ";\n";
-    s += codegen::render_unary_chain(codegen::c99_simd_dialect(), plan.prologue, "v", "", I + "          ");
-    s += I + "        }\n";
-    s += I + "        if (!isfinite(v)) rf[q * FUSOR_MR + r] = 1;\n";
-    s += I + "        fusor_store_parts(v, dst + t, kcp * 32, FUSOR_NSA);\n";
-    s += I + "      }\n";
-  }
+  AmxRowChunk c;
+  c.source = "A";
+  c.element = plan.a_trans ? "(pc + k0 + t) * M + i + r" : "(i + r) * K + pc + k0 + t";
+  if (!plan.a_trans) c.contiguous = "A + (i + r) * K + pc + k0";
+  c.valid = "kc - k0";
+  c.prologue = plan.prologue;
+  c.dst = "dst";
+  c.part_stride = "kcp * 32";
+  c.parts = "FUSOR_NSA";
+  c.flag = "rf[q * FUSOR_MR + r]";
+  s += amx_pack_row_chunk(c, ld, I + "      ");
   s += I + "    }\n" + I + "}\n";
   return s;
 }

@@ -78,6 +78,10 @@ static void fusor_pv(int tile_rows, int64_t j0, int64_t j1, const float* restric
       case 2: fusor_pv_tile(1, 2, j0, j1, p, vc, ldv, oc, ldo, mk); break;
       default: fusor_pv_tile(1, 1, j0, j1, p, vc, ldv, oc, ldo, mk); break;
       }
+    } else if (tile_rows == 8 && nc == FUSOR_PVC) {
+      fusor_pv_tile(8, FUSOR_PVC, j0, j1, p, vc, ldv, oc, ldo, mk);
+    } else if (tile_rows == 8) {
+      fusor_pv_tile(8, 1, j0, j1, p, vc, ldv, oc, ldo, mk);
     } else if (nc == FUSOR_PVC) {
       fusor_pv_tile(FUSOR_PVR, FUSOR_PVC, j0, j1, p, vc, ldv, oc, ldo, mk);
     } else {
@@ -97,7 +101,8 @@ std::string attention_pv_source(const Tuning& tuning) {
   return "#define FUSOR_NB " + std::to_string(tuning.nb) + "\n" + kPv;
 }
 
-std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, const Tuning&) {
+std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, const Tuning& tuning) {
+  const bool amx = tuning.amx; // scores on AMX tiles (x86_amx_attention.cpp)
   const auto& d = c99_simd_dialect();
   const auto& v = codegen::c99_avx512_dialect();
   const std::string T = ld.type;
@@ -115,29 +120,47 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   // Key block (a multiple of the 32-key panel) and the rows of the padded query block.
   s += "  const int64_t NB = FUSOR_NB;\n";
   s += "  const int64_t MRP = fusor_cdiv(FUSOR_MR, FUSOR_PVR) * FUSOR_PVR;\n";
+  // Output rows of a block: AMX stores whole 32-column tiles.
+  s += amx ? "  const int64_t LDO = fusor_cdiv(Dv, 32) * 32;\n" : "  const int64_t LDO = Dv;\n";
   s += "  enum { QS = " + std::to_string(kQueryBlocks) + " };\n";
   s += "  const int64_t nkb = fusor_cdiv(Nk, 32);\n";
-  s += "  float* restrict kp = (float*)fusor_alloc(sizeof(float) * (size_t)(nkv * nkb * (D > 0 ? D : 1) * 32));\n";
-  s += "  if (!kp) return 2;\n";
+  if (amx) {
+    s += "  if (!fusor_amx_permit()) return 3;\n";
+    s += "  const int64_t Dp = D > 0 ? fusor_cdiv(D, 32) * 32 : 32; /* features in whole tile steps */\n";
+    s += "  uint16_t* restrict kp = (uint16_t*)fusor_alloc(2 * (size_t)(nkv * nkb * FUSOR_NSB * Dp * 32));\n";
+    s += "  unsigned char* restrict kf = (unsigned char*)fusor_alloc((size_t)(nkv * nkb * 32));\n";
+    // V of every KV head as bf16 parts in 32-column panels over all keys (P·V's B side).
+    s += "  const int64_t ndp = fusor_cdiv(Dv, 32), Nkp = nkb * 32;\n";
+    s += "  uint16_t* restrict vp = (uint16_t*)fusor_alloc(2 * (size_t)(nkv * ndp * FUSOR_NSB * Nkp * 32));\n";
+    s += "  unsigned char* restrict vfl = (unsigned char*)fusor_alloc((size_t)(nkv * ndp));\n";
+    s += "  if (!kp || !kf || !vp || !vfl) { free(kp); free(kf); free(vp); free(vfl); return 2; }\n";
+  } else {
+    s += "  float* restrict kp = (float*)fusor_alloc(sizeof(float) * (size_t)(nkv * nkb * (D > 0 ? D : 1) * 32));\n";
+    s += "  if (!kp) return 2;\n";
+  }
   if (!f32) {
     s += "  float* restrict vf = (float*)fusor_alloc(sizeof(float) * (size_t)(nkv * Nk * Dv));\n";
-    s += "  if (!vf) { free(kp); return 2; }\n";
+    s += "  if (!vf) { free(kp); " + std::string(amx ? "free(kf); free(vp); free(vfl); " : "") + "return 2; }\n";
   }
   s += "  int failed = 0;\n";
   s += "  " + omp_parallel("nbh * M * Nk * (D + Dv)") + "\n  {\n";
+  if (amx) s += "    fusor_amx_config();\n";
   // K of every KV head, packed once: [head][key panel][D][32], keys past Nk zero.
   s += "    #pragma omp for schedule(static)\n";
   s += "    for (int64_t hb = 0; hb < nkv * nkb; ++hb) {\n";
   s += "      const int64_t head = hb / nkb, n0 = (hb % nkb) * 32;\n";
   s += "      const int64_t w = Nk - n0 < 32 ? Nk - n0 : 32;\n";
-  s += "      float* restrict dst = kp + hb * D * 32;\n";
   s += "      const " + T + "* restrict kh = Kt + head * Nk * D;\n";
-  if (r.k_transposed()) {
+  if (amx) {
+    s += amx_attention_pack_k(r, ld);
+  } else if (r.k_transposed()) {
+    s += "      float* restrict dst = kp + hb * D * 32;\n";
     s += "      for (int64_t c = 0; c < D; ++c) {\n";
     s += "        for (int64_t j = 0; j < w; ++j) dst[c * 32 + j] = " + ld.load("kh", "c * Nk + n0 + j") + ";\n";
     s += "        for (int64_t j = w; j < 32; ++j) dst[c * 32 + j] = 0.0f;\n      }\n";
   } else {
     // f32 panels of 32 keys go 16 keys x 16 features at a time through the register transpose.
+    s += "      float* restrict dst = kp + hb * D * 32;\n";
     s += "      int64_t c0 = 0;\n";
     if (f32) {
       s += "      if (w == 32)\n        for (; c0 + 16 <= D; c0 += 16)\n          for (int64_t jh = 0; jh < 32; jh += "
@@ -156,12 +179,20 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
     s += "    for (int64_t e = 0; e < nkv * Nk * Dv; ++e) vf[e] = " + ld.load("V", "e") + ";\n";
   }
   s += "    const float* restrict vall = " + std::string(f32 ? "V" : "vf") + ";\n";
+  if (amx) s += amx_attention_pack_v();
   // Per thread: QS packed query blocks [QS][D][MR], their output rows [QS * MRP][Dv] and
   // running max/sum, and the scores -> probabilities of one block [MRP][NB] (rows past the
   // micro-kernel's MR stay zero).
-  s += "    float* qp = (float*)fusor_alloc(sizeof(float) * (size_t)(QS * (D > 0 ? D : 1) * FUSOR_MR));\n";
-  s += "    float* ob = (float*)fusor_alloc(sizeof(float) * (size_t)(QS * MRP * Dv));\n";
-  s += "    float* sp = (float*)fusor_alloc(sizeof(float) * (size_t)(MRP * NB));\n";
+  if (amx)
+    s += "    uint16_t* qp = (uint16_t*)fusor_alloc(2 * (size_t)(QS * FUSOR_NSA * Dp * 32));\n"
+         "    unsigned char qfl[QS * FUSOR_MR];\n";
+  else
+    s += "    float* qp = (float*)fusor_alloc(sizeof(float) * (size_t)(QS * (D > 0 ? D : 1) * FUSOR_MR));\n";
+  s += "    float* ob = (float*)fusor_alloc(sizeof(float) * (size_t)(QS * MRP * LDO));\n";
+  // (AMX: P's bf16 parts follow the scores in the same buffer.)
+  s += std::string("    float* sp = (float*)fusor_alloc(sizeof(float) * (size_t)(MRP * NB") +
+       (amx ? " + FUSOR_NSA * NB * 16" : "") + "));\n";
+  if (amx) s += "    uint16_t* pp = sp ? (uint16_t*)(sp + MRP * NB) : NULL;\n";
   s += "    float mall[QS * FUSOR_MR], lall[QS * FUSOR_MR];\n";
   s += "    if (!qp || !ob || !sp) {\n      #pragma omp atomic write\n      failed = 1;\n    } else {\n";
   s += "      memset(sp, 0, sizeof(float) * (size_t)(MRP * NB));\n    }\n";
@@ -177,26 +208,35 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   s += "      const int64_t qrows = M - q0 < QS * FUSOR_MR ? M - q0 : QS * FUSOR_MR, nsub = fusor_cdiv(qrows, "
        "FUSOR_MR);\n";
   s += "      const " + T + "* restrict qh = Q + bh * M * D;\n";
+  if (amx) s += "      const " + T + "* restrict kh = Kt + kvh * Nk * D;\n";
   s += "      for (int64_t sb = 0; sb < nsub; ++sb) {\n";
   s += "        const int64_t i0 = q0 + sb * FUSOR_MR;\n";
-  s += "        float* restrict dst = qp + sb * D * FUSOR_MR;\n";
-  s += "        int64_t c0 = 0;\n";
-  // Whole f32 query blocks go 16 features at a time through the register transpose.
-  if (f32 && !r.q_transposed()) {
-    s += "        if (i0 + FUSOR_MR <= M)\n          for (; c0 + 16 <= D; c0 += 16) {\n";
-    s += transpose16_slab("qh + (i0 + r) * D + c0", "FUSOR_MR", {}, "dst + (c0 + c) * FUSOR_MR",
-                          "(__mmask16)((1u << FUSOR_MR) - 1u)", "            ");
-    s += "          }\n";
+  if (amx) {
+    s += amx_attention_pack_q(r, ld) + "      }\n";
+  } else {
+    s += "        float* restrict dst = qp + sb * D * FUSOR_MR;\n";
+    s += "        int64_t c0 = 0;\n";
+    // Whole f32 query blocks go 16 features at a time through the register transpose.
+    if (f32 && !r.q_transposed()) {
+      s += "        if (i0 + FUSOR_MR <= M)\n          for (; c0 + 16 <= D; c0 += 16) {\n";
+      s += transpose16_slab("qh + (i0 + r) * D + c0", "FUSOR_MR", {}, "dst + (c0 + c) * FUSOR_MR",
+                            "(__mmask16)((1u << FUSOR_MR) - 1u)", "            ");
+      s += "          }\n";
+    }
+    s += "        for (int64_t rr = 0; rr < FUSOR_MR; ++rr) {\n";
+    s += "          const int64_t i = i0 + rr;\n";
+    s += "          for (int64_t c = c0; c < D; ++c)\n";
+    s += "            dst[c * FUSOR_MR + rr] = i < M ? " + ld.load("qh", r.q_transposed() ? "c * M + i" : "i * D + c") +
+         " : 0.0f;\n";
+    s += "        }\n      }\n";
   }
-  s += "        for (int64_t rr = 0; rr < FUSOR_MR; ++rr) {\n";
-  s += "          const int64_t i = i0 + rr;\n";
-  s += "          for (int64_t c = c0; c < D; ++c)\n";
-  s += "            dst[c * FUSOR_MR + rr] = i < M ? " + ld.load("qh", r.q_transposed() ? "c * M + i" : "i * D + c") +
-       " : 0.0f;\n";
-  s += "        }\n      }\n";
   s += "      for (int64_t rr = 0; rr < QS * FUSOR_MR; ++rr) { mall[rr] = -INFINITY; lall[rr] = 0.0f; }\n";
-  s += "      memset(ob, 0, sizeof(float) * (size_t)(nsub * MRP * Dv));\n";
+  s += "      memset(ob, 0, sizeof(float) * (size_t)(nsub * MRP * LDO));\n";
   s += "      const float* restrict vh = vall + kvh * Nk * Dv;\n";
+  if (amx) {
+    s += "      int vfin = 1;\n";
+    s += "      for (int64_t p = 0; p < ndp; ++p) vfin &= !vfl[kvh * ndp + p];\n";
+  }
   // Top-left causal: query i sees keys 0..i, so a query block needs keys below i0 + rows only.
   s += std::string("      const int64_t n_all = ") + (causal ? "(q0 + qrows < Nk ? q0 + qrows : Nk)" : "Nk") + ";\n";
   // Key blocks outside, query blocks inside: a K/V block is brought to L2 once per QS blocks.
@@ -206,16 +246,24 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   s += std::string("        const int64_t n_end = ") + (causal ? "(i0 + rows < Nk ? i0 + rows : Nk)" : "Nk") + ";\n";
   s += "        if (n0 >= n_end) continue;\n";
   s += "        const int64_t nbk = n_end - n0 < NB ? n_end - n0 : NB;\n";
-  s += "        float* restrict obs = ob + sb * MRP * Dv;\n";
+  if (amx) s += "        const int64_t nbkp = fusor_cdiv(nbk, 32) * 32;\n";
+  s += "        float* restrict obs = ob + sb * MRP * LDO;\n";
   s += "        float* restrict mrow = mall + sb * FUSOR_MR;\n        float* restrict lrow = lall + sb * FUSOR_MR;\n";
-  s += "        for (int64_t pb = 0; pb < fusor_cdiv(nbk, 32); ++pb)\n";
-  s += "          fusor_ukr(D, qp + sb * D * FUSOR_MR, kp + (kvh * nkb + n0 / 32 + pb) * D * 32, sp + pb * 32, NB, "
-       "NULL, 0);\n";
+  if (amx) {
+    s += amx_attention_scores(r, ld);
+  } else {
+    s += "        for (int64_t pb = 0; pb < fusor_cdiv(nbk, 32); ++pb)\n";
+    s += "          fusor_ukr(D, qp + sb * D * FUSOR_MR, kp + (kvh * nkb + n0 / 32 + pb) * D * 32, sp + pb * 32, NB, "
+         "NULL, 0);\n";
+  }
   // One online-softmax step per row over the block's visible keys.
   s += "        for (int64_t rr = 0; rr < rows; ++rr) {\n";
   s += std::string("          const int64_t lim = ") +
        (causal ? "(i0 + rr + 1 - n0 < nbk ? i0 + rr + 1 - n0 : nbk)" : "nbk") + ";\n";
-  s += "          if (lim <= 0) continue; /* causal: no key of this block is visible yet */\n";
+  // (AMX's P·V multiplies whole 32-key chunks: a row's probabilities past its keys are 0.)
+  s += amx ? "          if (lim <= 0) { /* causal: no key of this block is visible yet */\n"
+             "            memset(sp + rr * NB, 0, sizeof(float) * (size_t)nbkp);\n            continue;\n          }\n"
+           : "          if (lim <= 0) continue; /* causal: no key of this block is visible yet */\n";
   s += "          const int64_t np = fusor_cdiv(lim, 32) * 32;\n";
   s += "          float* restrict srow = sp + rr * NB;\n";
   // Scaled scores and their max over visible keys; vmaxps returns its second operand when
@@ -285,34 +333,45 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
        "          }\n";
   s += "          const float ls = _mm512_reduce_add_ps(_mm512_add_ps(ls0, ls1));\n";
   s += "          lrow[rr] = lrow[rr] * alpha + ls;\n          mrow[rr] = mn;\n";
-  s += "          if (alpha != 1.0f) {\n            float* restrict orow = obs + rr * Dv;\n";
+  if (amx) s += "          if (np < nbkp) memset(srow + np, 0, sizeof(float) * (size_t)(nbkp - np));\n";
+  s += "          if (alpha != 1.0f) {\n            float* restrict orow = obs + rr * LDO;\n";
   s += "            #pragma omp simd\n            for (int64_t c = 0; c < Dv; ++c) orow[c] *= alpha;\n          }\n";
   s += "        }\n";
   // P·V per 12-row tile over the keys every row of the tile sees; on the causal diagonal each
   // row then adds its own remaining prefix alone, so masked keys never touch V (a NaN in a
   // masked V row cannot leak).
-  s += "        for (int64_t g0 = 0; g0 < rows; g0 += FUSOR_PVR) {\n";
+  // A last group of at most 8 rows (the AMX lane's 32-row blocks end in one) runs an 8-row
+  // tile instead of 12 rows of padding.
+  std::string pv;
+  pv += "        for (int64_t g0 = 0; g0 < rows; g0 += FUSOR_PVR) {\n";
+  pv += "          const int tr = rows - g0 <= 8 ? 8 : FUSOR_PVR;\n";
   if (causal) {
-    s += "          int64_t lim0 = i0 + g0 + 1 - n0;\n";
-    s += "          lim0 = lim0 < 0 ? 0 : (lim0 < nbk ? lim0 : nbk);\n";
-    s += "          fusor_pv(FUSOR_PVR, 0, lim0, sp + g0 * NB, vh + n0 * Dv, Dv, obs + g0 * Dv, Dv, Dv);\n";
-    s += "          for (int64_t rr = g0; rr < rows && rr < g0 + FUSOR_PVR; ++rr) {\n";
-    s += "            const int64_t lim = i0 + rr + 1 - n0 < nbk ? i0 + rr + 1 - n0 : nbk;\n";
-    s += "            fusor_pv(1, lim0, lim, sp + rr * NB, vh + n0 * Dv, Dv, obs + rr * Dv, Dv, Dv);\n";
-    s += "          }\n";
+    pv += "          int64_t lim0 = i0 + g0 + 1 - n0;\n";
+    pv += "          lim0 = lim0 < 0 ? 0 : (lim0 < nbk ? lim0 : nbk);\n";
+    pv += "          fusor_pv(tr, 0, lim0, sp + g0 * NB, vh + n0 * Dv, Dv, obs + g0 * LDO, LDO, Dv);\n";
+    pv += "          for (int64_t rr = g0; rr < rows && rr < g0 + FUSOR_PVR; ++rr) {\n";
+    pv += "            const int64_t lim = i0 + rr + 1 - n0 < nbk ? i0 + rr + 1 - n0 : nbk;\n";
+    pv += "            fusor_pv(1, lim0, lim, sp + rr * NB, vh + n0 * Dv, Dv, obs + rr * LDO, LDO, Dv);\n";
+    pv += "          }\n";
   } else {
-    s += "          fusor_pv(FUSOR_PVR, 0, nbk, sp + g0 * NB, vh + n0 * Dv, Dv, obs + g0 * Dv, Dv, Dv);\n";
+    pv += "          fusor_pv(tr, 0, nbk, sp + g0 * NB, vh + n0 * Dv, Dv, obs + g0 * LDO, LDO, Dv);\n";
   }
-  s += "        }\n";
+  pv += "        }\n";
+  if (amx) // all-finite V heads on AMX tiles; others keep the zmm path, whose masked keys never touch V
+    s += "        if (vfin) {\n" + amx_attention_pv(r) + "        } else {\n" + pv + "        }\n";
+  else
+    s += pv;
   s += "      }\n";
   s += "      for (int64_t k = 0; k < qrows; ++k) {\n";
   s += "        const float rf = " +
        codegen::render_row_norm_factor(d, RowNorm::softmax, "lall[k]", "(float)Nk", "0.0f") + ";\n";
   s += "        float* restrict o = out + (bh * M + q0 + k) * Dv;\n";
-  s += "        const float* restrict orow = ob + ((k / FUSOR_MR) * MRP + k % FUSOR_MR) * Dv;\n";
+  s += "        const float* restrict orow = ob + ((k / FUSOR_MR) * MRP + k % FUSOR_MR) * LDO;\n";
   s += "        #pragma omp simd\n        for (int64_t c = 0; c < Dv; ++c) o[c] = orow[c] * rf;\n";
   s += "      }\n    }\n";
+  if (amx) s += "    _tile_release();\n";
   s += "    free(qp);\n    free(ob);\n    free(sp);\n  }\n  free(kp);\n";
+  if (amx) s += "  free(kf);\n  free(vp);\n  free(vfl);\n";
   if (!f32) s += "  free(vf);\n";
   s += "  return failed ? 2 : 0;\n";
   return s;

@@ -48,6 +48,9 @@ struct StorageLoad {
 // apart) = cin + a^T b (cin rows ldin apart; NULL: zero; it may be c) with a packed [kc][MR] and b packed [kc][32];
 // accumulators live in zmm registers for the whole kc.
 std::string micro_kernel_source(int mr);
+// `fusor_transpose16(__m512 r[16])`: a 16 x 16 transpose in registers (r[c] ends holding
+// column c); micro_kernel_source includes it.
+std::string transpose16_source();
 
 // Statements packing a 16 x 16 slab through the register transpose: rows r < `rows` (<= 16) are
 // the 16 floats at `row_at` (an expression in r; rows past are zero), each mapped through
@@ -74,6 +77,16 @@ struct GemmPlan {
 // configuration, `fusor_amx_ukr` with fusor_ukr's contract on packed bf16 panels); the
 // statements packing A's panels of the item and B's panels pb .. pb + pn.
 int amx_parts(DType storage, bool has_prologue);
+// One 32-k chunk of a row, packed as bf16 parts (the A-side layout): `valid` values (an
+// expression; the rest zero) through `prologue`, element t at `dst + t`, parts
+// `part_stride` apart; `flag` (an lvalue) set when a value is not finite. `contiguous` (the
+// chunk's first element, f32 only) enables the 16-lane path; otherwise element t is
+// source[element], an expression in t.
+struct AmxRowChunk {
+  std::string source, element, contiguous, valid, dst, part_stride, parts, flag;
+  std::vector<Op> prologue;
+};
+std::string amx_pack_row_chunk(const AmxRowChunk& chunk, const StorageLoad& ld, const std::string& indent);
 std::string amx_source(int nsa, int nsb, bool exact);
 std::string amx_pack_a(const GemmPlan& plan, const StorageLoad& ld, const std::string& indent);
 std::string amx_pack_b(const GemmPlan& plan, const StorageLoad& ld, const std::string& indent);
@@ -85,6 +98,16 @@ std::string amx_special_fixup(const GemmPlan& plan, const StorageLoad& ld, const
 
 std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning& tuning);
 std::string attention_body(const AttentionRegion& region, const StorageLoad& ld, const Tuning& tuning);
+// The x86_amx lane's attention pieces (x86_amx_attention.cpp), in attention_body's loops:
+// packing K (per KV head and 32-key panel), packing a 32-row query block, and the scores of
+// a query block x key block (with the f32 recomputation of flagged rows and keys).
+std::string amx_attention_pack_k(const AttentionRegion& r, const StorageLoad& ld);
+std::string amx_attention_pack_q(const AttentionRegion& r, const StorageLoad& ld);
+std::string amx_attention_scores(const AttentionRegion& r, const StorageLoad& ld);
+// ... packing V of every KV head (when no element is NaN or infinite, vfl[head panel] = 0),
+// and P·V of a query block x key block on the tiles.
+std::string amx_attention_pack_v();
+std::string amx_attention_pv(const AttentionRegion& r);
 std::string norm_chain_body(const NormChainRegion& region);
 std::string pointwise_body(const PointwiseGraphRegion& region);
 std::string pointwise_reduce_body(const PointwiseReduceRegion& region);

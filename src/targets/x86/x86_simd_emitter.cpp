@@ -61,8 +61,8 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
     std::string names;
     for (const Knob& k : kKnobs) {
       const std::string name = k.name;
-      // The AMX tile is 32 rows and the lane has no attention; `exact` is AMX's.
-      if (t.amx ? name == "mr" || name == "nb" : name == "exact") continue;
+      // The AMX tile is 32 rows; `exact` is AMX's.
+      if (t.amx ? name == "mr" : name == "exact") continue;
       names += (names.empty() ? "" : ", ") + name;
       if (key == name) knob = &k;
     }
@@ -127,8 +127,9 @@ std::optional<std::string> simd_declines(const Region& region) {
 std::optional<std::string> amx_declines(const Region& region) {
   if (auto why = simd_declines(region)) return why;
   const RegionKind kind = region_kind(region);
-  if (kind != RegionKind::fused && kind != RegionKind::matmul && kind != RegionKind::gated)
-    return "the x86_amx lane computes GEMM-rooted kinds only (fused, matmul, gated)";
+  if (kind != RegionKind::fused && kind != RegionKind::matmul && kind != RegionKind::gated &&
+      kind != RegionKind::attention)
+    return "the x86_amx lane computes GEMM-rooted kinds and attention only";
   return host_lacks_amx_bf16();
 }
 
@@ -146,11 +147,14 @@ Expected<KernelSource> emit_lane(const Region& region, const EmitOptions& option
 
   const bool gemm_kind = kind == RegionKind::fused || kind == RegionKind::matmul || kind == RegionKind::gated;
   if (tuning.amx) {
-    if (!gemm_kind) return unsupported(kind, "only GEMM-rooted kinds (fused, matmul, gated)", lane);
+    if (!gemm_kind && kind != RegionKind::attention)
+      return unsupported(kind, "only GEMM-rooted kinds (fused, matmul, gated) and attention", lane);
     if (auto why = host_lacks_amx_bf16()) return unsupported(kind, *why, lane);
     const auto* f = std::get_if<FusedRegion>(&region);
-    tuning.amx_parts_a = simd::amx_parts(storage, f && !f->prologue().empty());
-    tuning.amx_parts_b = simd::amx_parts(storage, false);
+    // Attention's P·V multiplies f32 probabilities: three parts on both sides whatever the storage.
+    const bool any_f32 = kind == RegionKind::attention;
+    tuning.amx_parts_a = simd::amx_parts(storage, any_f32 || (f && !f->prologue().empty()));
+    tuning.amx_parts_b = simd::amx_parts(storage, any_f32);
   }
   std::string body;
   if (const auto* f = std::get_if<FusedRegion>(&region)) {
@@ -182,7 +186,8 @@ Expected<KernelSource> emit_lane(const Region& region, const EmitOptions& option
   head += kCommonHelpers;
   head += "#define FUSOR_SERIAL_BELOW " + std::to_string(tuning.serial) + ".0\n";
   if (tuning.amx)
-    head += simd::amx_source(tuning.amx_parts_a, tuning.amx_parts_b, tuning.exact != 0);
+    head += simd::amx_source(tuning.amx_parts_a, tuning.amx_parts_b, tuning.exact != 0) +
+            (kind == RegionKind::attention ? simd::transpose16_source() : "");
   else if (gemm_kind || kind == RegionKind::attention)
     head += simd::micro_kernel_source(tuning.mr);
   if (gemm_kind || kind == RegionKind::attention || kind == RegionKind::pointwise)

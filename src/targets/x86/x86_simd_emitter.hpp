@@ -22,11 +22,11 @@ std::optional<std::string> simd_declines(const Region& region);
 // attention's keys per softmax step (32..4096, a multiple of 32). Any other key is rejected.
 Expected<KernelSource> emit_simd(const Region& region, const EmitOptions& options);
 
-// The x86_amx lane: GEMM-rooted kinds (fused, matmul, gated) with the AVX-512 lane's loop
-// nest and epilogue around an AMX bf16-tile micro-kernel whose f32 products are exact (each
-// operand split into bf16 parts; x86_amx_gemm.cpp says how). Options: "kc", "mc", "serial",
-// "exact" (1: all nine part products, every f32 product exact; default 0: six, each product
-// good to 2^-21).
+// The x86_amx lane: GEMM-rooted kinds (fused, matmul, gated) and attention with the AVX-512
+// lane's loop nests, epilogues and softmax around an AMX bf16-tile micro-kernel whose f32
+// products are exact (each operand split into bf16 parts; x86_amx_gemm.cpp says how;
+// attention: x86_amx_attention.cpp). Options: "kc", "mc", "nb", "serial", "exact" (1: all
+// nine part products, every f32 product exact; default 0: six, each product good to 2^-21).
 inline constexpr std::string_view kAmxLane = "x86_amx";
 std::optional<std::string> amx_declines(const Region& region);
 Expected<KernelSource> emit_amx(const Region& region, const EmitOptions& options);

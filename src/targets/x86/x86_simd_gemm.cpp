@@ -56,6 +56,11 @@ std::string micro_kernel_source(int mr) {
          "_1);\n";
   }
   s += "}\n\n";
+  return s + transpose16_source();
+}
+
+std::string transpose16_source() {
+  std::string s;
   // 16 x 16 transpose in registers: 32-bit interleaves, 64-bit shuffles within 128-bit
   // lanes, then two rounds of 128-bit lane shuffles; r[c] ends holding column c.
   s += "static inline void fusor_transpose16(__m512* r) {\n  __m512 t[16];\n";
@@ -291,7 +296,7 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
          "              const int64_t lacc = np * 32, accw = 32;\n";
   else
     s += "              float* acc = out + r0 * N + c0;\n              const int64_t lacc = N, accw = cols;\n";
-  const std::string ukr = amx ? "fusor_amx_ukr(kcp, " : "fusor_ukr(kc, ";
+  const std::string ukr = amx ? "fusor_amx_ukr(kcp, ain, kcp * 32, bin, kcp * 32, " : "fusor_ukr(kc, ain, bin, ";
   if (amx)
     s += "              const uint16_t* ain = ap + q * FUSOR_NSA * kcp * 32;\n"
          "              const uint16_t* bin = bp + (p - pb) * FUSOR_NSB * kcp * 32;\n";
@@ -299,9 +304,9 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
     s += "              const float* ain = ap + q * kc * FUSOR_MR;\n"
          "              const float* bin = bp + (p - pb) * kc * 32;\n";
   s += "              if (rows == FUSOR_MR && accw == 32) {\n";
-  s += "                " + ukr + "ain, bin, last ? tile : acc, last ? 32 : lacc, first ? NULL : acc, lacc);\n";
+  s += "                " + ukr + "last ? tile : acc, last ? 32 : lacc, first ? NULL : acc, lacc);\n";
   s += "                if (!last) continue;\n              } else {\n";
-  s += "                " + ukr + "ain, bin, tile, 32, NULL, 0);\n";
+  s += "                " + ukr + "tile, 32, NULL, 0);\n";
   s += "                for (int64_t r = 0; r < rows; ++r) {\n";
   s += "                  float* restrict t = tile + r * 32;\n                  float* restrict a = acc + r * lacc;\n";
   s += "                  if (last) {\n";

@@ -38,10 +38,10 @@ void register_target(Registry& registry) {
   for (auto kind : {RegionKind::fused, RegionKind::matmul, RegionKind::attention, RegionKind::gated,
                     RegionKind::pointwise, RegionKind::pointwise_reduce, RegionKind::norm_chain})
     registry.add_candidate(Candidate{std::string(kAvx512Lane), "x86", kind, 2, simd_declines, emit_simd});
-  // Also tier 2: the AMX bf16-tile micro-kernel with exact f32 products (GEMM-rooted kinds;
-  // declines on hosts without AMX or tile permission). Registered after AVX-512: measured
-  // latency, not order, makes it win.
-  for (auto kind : {RegionKind::fused, RegionKind::matmul, RegionKind::gated})
+  // Also tier 2: the AMX bf16-tile micro-kernel with exact f32 products (GEMM-rooted kinds and
+  // attention's scores; declines on hosts without AMX or tile permission). Registered after
+  // AVX-512: measured latency, not order, makes it win.
+  for (auto kind : {RegionKind::fused, RegionKind::matmul, RegionKind::gated, RegionKind::attention})
     registry.add_candidate(Candidate{std::string(kAmxLane), "x86", kind, 2, amx_declines, emit_amx});
 #ifdef FUSOR_HAVE_DNNL // set by CMake when oneDNN's headers and library are found
   // Tier 3: oneDNN matmul + post-ops, for the fused patterns it computes exactly.

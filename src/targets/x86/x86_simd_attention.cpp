@@ -127,20 +127,21 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   if (amx) {
     s += "  if (!fusor_amx_permit()) return 3;\n";
     s += "  const int64_t Dp = D > 0 ? fusor_cdiv(D, 32) * 32 : 32; /* features in whole tile steps */\n";
-    s += "  uint16_t* restrict kp = (uint16_t*)fusor_alloc(2 * (size_t)(nkv * nkb * FUSOR_NSB * Dp * 32));\n";
-    s += "  unsigned char* restrict kf = (unsigned char*)fusor_alloc((size_t)(nkv * nkb * 32));\n";
+    s += "  uint16_t* restrict kp = (uint16_t*)fusor_scratch(0, 2 * (size_t)(nkv * nkb * FUSOR_NSB * Dp * 32));\n";
+    s += "  unsigned char* restrict kf = (unsigned char*)fusor_scratch(1, (size_t)(nkv * nkb * 32));\n";
     // V of every KV head as bf16 parts in 32-column panels over all keys (P·V's B side).
     s += "  const int64_t ndp = fusor_cdiv(Dv, 32), Nkp = nkb * 32;\n";
-    s += "  uint16_t* restrict vp = (uint16_t*)fusor_alloc(2 * (size_t)(nkv * ndp * FUSOR_NSB * Nkp * 32));\n";
-    s += "  unsigned char* restrict vfl = (unsigned char*)fusor_alloc((size_t)(nkv * ndp));\n";
-    s += "  if (!kp || !kf || !vp || !vfl) { free(kp); free(kf); free(vp); free(vfl); return 2; }\n";
+    s += "  uint16_t* restrict vp = (uint16_t*)fusor_scratch(2, 2 * (size_t)(nkv * ndp * FUSOR_NSB * Nkp * 32));\n";
+    s += "  unsigned char* restrict vfl = (unsigned char*)fusor_scratch(3, (size_t)(nkv * ndp));\n";
+    s += "  if (!kp || !kf || !vp || !vfl) return 2;\n";
   } else {
-    s += "  float* restrict kp = (float*)fusor_alloc(sizeof(float) * (size_t)(nkv * nkb * (D > 0 ? D : 1) * 32));\n";
+    s += "  float* restrict kp = (float*)fusor_scratch(0, sizeof(float) * (size_t)(nkv * nkb * (D > 0 ? D : 1) * "
+         "32));\n";
     s += "  if (!kp) return 2;\n";
   }
   if (!f32) {
-    s += "  float* restrict vf = (float*)fusor_alloc(sizeof(float) * (size_t)(nkv * Nk * Dv));\n";
-    s += "  if (!vf) { free(kp); " + std::string(amx ? "free(kf); free(vp); free(vfl); " : "") + "return 2; }\n";
+    s += "  float* restrict vf = (float*)fusor_scratch(4, sizeof(float) * (size_t)(nkv * Nk * Dv));\n";
+    s += "  if (!vf) return 2;\n";
   }
   s += "  int failed = 0;\n";
   s += "  " + omp_parallel("nbh * M * Nk * (D + Dv)") + "\n  {\n";
@@ -184,13 +185,13 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   // running max/sum, and the scores -> probabilities of one block [MRP][NB] (rows past the
   // micro-kernel's MR stay zero).
   if (amx)
-    s += "    uint16_t* qp = (uint16_t*)fusor_alloc(2 * (size_t)(QS * FUSOR_NSA * Dp * 32));\n"
+    s += "    uint16_t* qp = (uint16_t*)fusor_scratch(5, 2 * (size_t)(QS * FUSOR_NSA * Dp * 32));\n"
          "    unsigned char qfl[QS * FUSOR_MR];\n";
   else
-    s += "    float* qp = (float*)fusor_alloc(sizeof(float) * (size_t)(QS * (D > 0 ? D : 1) * FUSOR_MR));\n";
-  s += "    float* ob = (float*)fusor_alloc(sizeof(float) * (size_t)(QS * MRP * LDO));\n";
+    s += "    float* qp = (float*)fusor_scratch(5, sizeof(float) * (size_t)(QS * (D > 0 ? D : 1) * FUSOR_MR));\n";
+  s += "    float* ob = (float*)fusor_scratch(6, sizeof(float) * (size_t)(QS * MRP * LDO));\n";
   // (AMX: P's bf16 parts follow the scores in the same buffer.)
-  s += std::string("    float* sp = (float*)fusor_alloc(sizeof(float) * (size_t)(MRP * NB") +
+  s += std::string("    float* sp = (float*)fusor_scratch(7, sizeof(float) * (size_t)(MRP * NB") +
        (amx ? " + FUSOR_NSA * NB * 16" : "") + "));\n";
   if (amx) s += "    uint16_t* pp = sp ? (uint16_t*)(sp + MRP * NB) : NULL;\n";
   s += "    float mall[QS * FUSOR_MR], lall[QS * FUSOR_MR];\n";
@@ -370,9 +371,7 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   s += "        #pragma omp simd\n        for (int64_t c = 0; c < Dv; ++c) o[c] = orow[c] * rf;\n";
   s += "      }\n    }\n";
   if (amx) s += "    _tile_release();\n";
-  s += "    free(qp);\n    free(ob);\n    free(sp);\n  }\n  free(kp);\n";
-  if (amx) s += "  free(kf);\n  free(vp);\n  free(vfl);\n";
-  if (!f32) s += "  free(vf);\n";
+  s += "  }\n";
   s += "  return failed ? 2 : 0;\n";
   return s;
 }

@@ -110,6 +110,19 @@ const char* kCommonHelpers = R"(static inline int64_t fusor_cdiv(int64_t a, int6
 static inline void* fusor_alloc(size_t bytes) {
   return aligned_alloc(64, bytes == 0 ? 64 : (bytes + 63) / 64 * 64);
 }
+/* Scratch kept from call to call (grow-only, per thread; slots are the kernel's own): a
+   fresh multi-MiB buffer is returned to the OS by free and page-faults on every first touch
+   of the next call, which cost attention at S = 512 a fifth of its time. */
+static void* fusor_scratch(int slot, size_t bytes) {
+  static _Thread_local void* buf[8];
+  static _Thread_local size_t cap[8];
+  if (cap[slot] < bytes || !buf[slot]) {
+    free(buf[slot]);
+    buf[slot] = fusor_alloc(bytes);
+    cap[slot] = buf[slot] ? bytes : 0;
+  }
+  return buf[slot];
+}
 
 )";
 

@@ -222,7 +222,7 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
   if (gated) {
     // Partial sums of both products when K spans several blocks (out holds only one).
     s += "  float* restrict part = NULL;\n";
-    s += "  if (K > KC) {\n    part = (float*)fusor_alloc(sizeof(float) * (size_t)M * (size_t)np * 32);\n";
+    s += "  if (K > KC) {\n    part = (float*)fusor_scratch(0, sizeof(float) * (size_t)M * (size_t)np * 32);\n";
     s += "    if (!part) return 2;\n  }\n";
   }
   s += "  int failed = 0;\n";
@@ -249,15 +249,16 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
   s += "    const int64_t NBP = 4;\n";
   if (amx) {
     s += "    const int64_t kcap32 = fusor_cdiv(kcap, 32) * 32;\n";
-    s += "    uint16_t* restrict ap = (uint16_t*)fusor_alloc(2 * FUSOR_NSA * (size_t)mc * (size_t)kcap32);\n";
-    s += "    uint16_t* restrict bp = (uint16_t*)fusor_alloc(2 * FUSOR_NSB * (size_t)NBP * (size_t)kcap32 * 32);\n";
-    s += "    unsigned char* restrict rf = (unsigned char*)fusor_alloc((size_t)mc);\n";
-    s += "    uint16_t* restrict cf = (uint16_t*)fusor_alloc(4 * (size_t)ppc);\n";
+    s += "    uint16_t* restrict ap = (uint16_t*)fusor_scratch(1, 2 * FUSOR_NSA * (size_t)mc * (size_t)kcap32);\n";
+    s +=
+        "    uint16_t* restrict bp = (uint16_t*)fusor_scratch(2, 2 * FUSOR_NSB * (size_t)NBP * (size_t)kcap32 * 32);\n";
+    s += "    unsigned char* restrict rf = (unsigned char*)fusor_scratch(3, (size_t)mc);\n";
+    s += "    uint16_t* restrict cf = (uint16_t*)fusor_scratch(4, 4 * (size_t)ppc);\n";
     s += "    if (!rf || !cf) {\n      #pragma omp atomic write\n      failed = 1;\n    }\n";
     s += "    fusor_amx_config();\n";
   } else {
-    s += "    float* restrict ap = (float*)fusor_alloc(sizeof(float) * (size_t)mc * (size_t)kcap);\n";
-    s += "    float* restrict bp = (float*)fusor_alloc(sizeof(float) * (size_t)NBP * (size_t)kcap * 32);\n";
+    s += "    float* restrict ap = (float*)fusor_scratch(1, sizeof(float) * (size_t)mc * (size_t)kcap);\n";
+    s += "    float* restrict bp = (float*)fusor_scratch(2, sizeof(float) * (size_t)NBP * (size_t)kcap * 32);\n";
   }
   s += "    float tile[FUSOR_MR * 32] __attribute__((aligned(64)));\n";
   s += "    if (!ap || !bp) {\n      #pragma omp atomic write\n      failed = 1;\n    }\n";
@@ -366,9 +367,8 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
     s += row_norm_simd(*plan.reduction, "row", "row", "N", codegen::float_literal(plan.eps), "", "", "        ");
     s += "      }\n    }\n";
   }
-  if (amx) s += "    _tile_release();\n    free(rf);\n    free(cf);\n"; // (no tile state: less to save on a switch)
-  s += "    free(ap);\n    free(bp);\n  }\n";
-  if (gated) s += "  free(part);\n";
+  if (amx) s += "    _tile_release();\n"; // (no tile state: less to save on a switch)
+  s += "  }\n";
   s += "  return failed ? 2 : 0;\n";
   return s;
 }

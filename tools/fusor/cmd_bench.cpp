@@ -68,8 +68,8 @@ Command add_bench_command(CLI::App& app) {
   sub->add_option("--save", o->save, "Also write the machine description and every case to FILE (JSON)");
   sub->add_option("--min-ms", o->min_ms, "Time spent timing each case (default 1500)");
   sub->add_option("--lane", o->lane,
-                  "Lane of the GEMM-rooted cases (default x86_amx where the host has AMX, timed beside "
-                  "x86_avx512; else x86_avx512)")
+                  "Run GEMM-rooted and attention cases on this lane only (default: x86_amx and x86_avx512 "
+                  "where the host has AMX, fusor's time the faster one's; else x86_avx512)")
       ->check(CLI::IsMember({"x86_amx", "x86_avx512"}));
   return {sub, [o] { return run_bench(*o); }};
 }

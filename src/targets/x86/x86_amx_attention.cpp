@@ -37,14 +37,9 @@ std::string amx_attention_pack_k(const AttentionRegion& r, const StorageLoad& ld
     s += "            for (int r = 0; r < 16; ++r) t_[r] = _mm512_loadu_ps(kh + (n0 + jh + r) * D + c0);\n";
     s += "            fusor_transpose16(t_);\n";
     s += "            __mmask16 bad = 0;\n";
-    s += "            for (int c = 0; c < 16; c += 2) {\n";
-    s += "              __m512i p0[3], p1[3];\n";
-    s += "              bad |= fusor_split16(t_[c], &p0[0], &p0[1], &p0[2]) | fusor_split16(t_[c + 1], &p1[0], &p1[1], "
-         "&p1[2]);\n";
-    s += "              for (int s = 0; s < FUSOR_NSB; ++s)\n";
-    s += "                _mm512_storeu_si512(dst + s * Dp * 32 + ((c0 + c) / 2) * 64 + jh * 2, "
-         "_mm512_or_si512(_mm512_srli_epi32(p0[s], 16), p1[s]));\n";
-    s += "            }\n";
+    s += "            for (int c = 0; c < 16; c += 2)\n";
+    s += "              bad |= fusor_store_pairs(t_[c], t_[c + 1], dst + ((c0 + c) / 2) * 64 + jh * 2, Dp * 32, "
+         "FUSOR_NSB);\n";
     s += "            for (int j = 0; j < 16; ++j) kfl[jh + j] |= (bad >> j) & 1;\n";
     s += "          }\n";
   }
@@ -122,15 +117,10 @@ std::string amx_attention_pack_v() {
   s += "      for (int64_t k = 0; k < Nkp; k += 2)\n";
   s += "        for (int h = 0; h < 2; ++h) {\n";
   s += "          const int64_t left = w - h * 16;\n";
-  s += "          const __mmask16 cm = left >= 16 ? (__mmask16)0xFFFF : left <= 0 ? (__mmask16)0 : "
-       "(__mmask16)((1u << left) - 1u);\n";
+  s += "          const __mmask16 cm = fusor_mask16(left);\n";
   s += "          const __m512 x0 = _mm512_maskz_loadu_ps(k < Nk ? cm : 0, vh + k * Dv + c0 + h * 16);\n";
   s += "          const __m512 x1 = _mm512_maskz_loadu_ps(k + 1 < Nk ? cm : 0, vh + (k + 1) * Dv + c0 + h * 16);\n";
-  s += "          __m512i p0[3], p1[3];\n";
-  s += "          bad |= fusor_split16(x0, &p0[0], &p0[1], &p0[2]) | fusor_split16(x1, &p1[0], &p1[1], &p1[2]);\n";
-  s += "          for (int s = 0; s < FUSOR_NSB; ++s)\n";
-  s += "            _mm512_storeu_si512(dst + s * Nkp * 32 + k * 32 + h * 32, "
-       "_mm512_or_si512(_mm512_srli_epi32(p0[s], 16), p1[s]));\n";
+  s += "          bad |= fusor_store_pairs(x0, x1, dst + k * 32 + h * 32, Nkp * 32, FUSOR_NSB);\n";
   s += "        }\n";
   s += "      vfl[hp] = bad != 0;\n";
   s += "    }\n";

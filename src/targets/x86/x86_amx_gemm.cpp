@@ -109,6 +109,22 @@ static inline __mmask16 fusor_split16(__m512 x, __m512i* h, __m512i* m, __m512i*
   return special;
 }
 
+/* Lanes [0, n) of 16 (n may be <= 0 or >= 16). */
+static inline __mmask16 fusor_mask16(int64_t n) {
+  return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1u);
+}
+
+/* Rows k (x0) and k + 1 (x1) of 16 columns as the pairs TDPBF16PS multiplies: part s of
+   column j at dst[s * stride + 2j] (row k) and dst[s * stride + 2j + 1]. Returns the
+   columns holding a value that is not finite. */
+static inline __mmask16 fusor_store_pairs(__m512 x0, __m512 x1, uint16_t* dst, int64_t stride, int ns) {
+  __m512i p0[3], p1[3];
+  const __mmask16 bad = fusor_split16(x0, &p0[0], &p0[1], &p0[2]) | fusor_split16(x1, &p1[0], &p1[1], &p1[2]);
+  for (int s = 0; s < ns; ++s)
+    _mm512_storeu_si512(dst + s * stride, _mm512_or_si512(_mm512_srli_epi32(p0[s], 16), p1[s]));
+  return bad;
+}
+
 static inline void fusor_split1(float x, uint16_t* h, uint16_t* m, uint16_t* l) {
   uint32_t xb, hb, mb, lb;
   memcpy(&xb, &x, 4);
@@ -199,8 +215,7 @@ std::string amx_pack_row_chunk(const AmxRowChunk& c, const StorageLoad& ld, cons
     s += I + "__m512i p[2][3];\n";
     s += I + "for (int h = 0; h < 2; ++h) {\n";
     s += I + "  const int64_t left = " + c.valid + " - h * 16;\n";
-    s += I + "  const __mmask16 km = left >= 16 ? (__mmask16)0xFFFF : left <= 0 ? (__mmask16)0 : "
-             "(__mmask16)((1u << left) - 1u);\n";
+    s += I + "  const __mmask16 km = fusor_mask16(left);\n";
     s += I + "  __m512 v = _mm512_maskz_loadu_ps(km, " + c.contiguous + " + h * 16);\n";
     if (!c.prologue.empty()) {
       s += codegen::render_unary_chain(v16, c.prologue, "v", "", I + "  ");
@@ -273,16 +288,10 @@ std::string amx_pack_b(const GemmPlan& plan, const StorageLoad& ld, const std::s
       s += I + "      const float* restrict src = B;\n";
       s += I + "      const int64_t j0 = c0 + h * 16, left = w - h * 16;\n";
     }
-    s += I + "      const __mmask16 cm = left >= 16 ? (__mmask16)0xFFFF : left <= 0 ? (__mmask16)0 : "
-             "(__mmask16)((1u << left) - 1u);\n";
+    s += I + "      const __mmask16 cm = fusor_mask16(left);\n";
     s += I + "      const __m512 x0 = _mm512_maskz_loadu_ps(k < kc ? cm : 0, src + (pc + k) * N + j0);\n";
     s += I + "      const __m512 x1 = _mm512_maskz_loadu_ps(k + 1 < kc ? cm : 0, src + (pc + k + 1) * N + j0);\n";
-    s += I + "      __m512i p0[3], p1[3];\n";
-    s += I + "      cf[(pb + pp - p_lo) * 2 + h] |= fusor_split16(x0, &p0[0], &p0[1], &p0[2]) | "
-             "fusor_split16(x1, &p1[0], &p1[1], &p1[2]);\n";
-    s += I + "      for (int s = 0; s < FUSOR_NSB; ++s)\n";
-    s += I + "        _mm512_storeu_si512(dk + s * kcp * 32 + h * 32, "
-             "_mm512_or_si512(_mm512_srli_epi32(p0[s], 16), p1[s]));\n";
+    s += I + "      cf[(pb + pp - p_lo) * 2 + h] |= fusor_store_pairs(x0, x1, dk + h * 32, kcp * 32, FUSOR_NSB);\n";
     s += I + "    }\n" + I + "  }\n";
     return s;
   }

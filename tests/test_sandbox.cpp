@@ -294,13 +294,16 @@ TEST_F(SandboxTest, WritingIntoAnInputIsReported) {
 }
 
 TEST_F(SandboxTest, NonzeroReturnIsAKernelErrorOfTheRightCall) {
-  const auto so = kernel("if (flag == 2) return 3;\nfor (int64_t i = 0; i < n; ++i) out[i] = in[i] * 2.0f;\n"
-                         "return 0;");
+  const auto so = kernel("if (flag == 2) return 7;\nif (flag == 3) return 2;\n"
+                         "for (int64_t i = 0; i < n; ++i) out[i] = in[i] * 2.0f;\nreturn 0;");
   const auto o = run(so, {call_of(4, 0), call_of(4, 1), call_of(4, 2), call_of(4, 3)});
   EXPECT_EQ(o.kind, Kind::kernel_error);
-  EXPECT_EQ(o.return_code, 3);
+  EXPECT_EQ(o.return_code, 7);
   EXPECT_EQ(o.failed_call, 2);
-  EXPECT_EQ(o.detail, "kernel returned 3 in call 2");
+  EXPECT_EQ(o.detail, "kernel returned 7 in call 2");
+  // Codes of the ABI say what they mean.
+  const auto oom = run(so, {call_of(4, 3)});
+  EXPECT_EQ(oom.detail, "kernel returned 2 (out of memory) in call 0");
 }
 
 TEST_F(SandboxTest, OpenMPKernelRunsInTheChildEvenWhenTheParentUsesOpenMP) {

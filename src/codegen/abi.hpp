@@ -23,6 +23,17 @@ namespace fusor::codegen {
 inline constexpr int kKernelOk = 0;
 inline constexpr int kKernelDimsMismatch = 1; // static/bucket kernel called with other dims
 inline constexpr int kKernelOutOfMemory = 2;
+inline constexpr int kKernelNoTileState = 3; // an AMX kernel whose process the OS refused tile state
+
+// What a kernel's nonzero return code means, for messages ("" when it has no meaning).
+inline std::string_view kernel_return_meaning(int rc) {
+  switch (rc) {
+  case kKernelDimsMismatch: return "called with dims outside its specialisation";
+  case kKernelOutOfMemory: return "out of memory";
+  case kKernelNoTileState: return "the OS refused AMX tile state to arch_prctl ARCH_REQ_XCOMP_PERM";
+  default: return "";
+  }
+}
 
 // Names of the dims a kind's kernel takes, in ABI order ("M","N","K" for GEMM kinds).
 std::vector<std::string_view> abi_dim_names(RegionKind kind);

@@ -16,6 +16,7 @@
 #include <csignal>
 #include <unistd.h>
 
+#include "codegen/abi.hpp"
 #include "fusor/sandbox.hpp"
 #include "fusor/toolchain.hpp"
 
@@ -323,7 +324,9 @@ Expected<SandboxOutcome> interpret(const ProcessResult& pr, const fs::path& resu
     o.kind = SandboxOutcome::Kind::kernel_error;
     o.failed_call = static_cast<int>(field_int(f, "call"));
     o.return_code = static_cast<int>(field_int(f, "rc"));
-    o.detail = "kernel returned " + std::to_string(o.return_code) + in_call(o.failed_call);
+    const std::string_view meaning = codegen::kernel_return_meaning(o.return_code);
+    o.detail = "kernel returned " + std::to_string(o.return_code) +
+               (meaning.empty() ? "" : " (" + std::string(meaning) + ")") + in_call(o.failed_call);
     return o;
   }
   if (pr.exit_code == kExitLoad && says("error "))

@@ -6,8 +6,9 @@
 // are below 2^-21 of the product, so a product is good to 2^-21 (f32 rounds to 2^-24) and
 // sums over K keep f32-like error (the oracle's bench errors are below the zmm lane's).
 // Option exact=1 computes all nine: every product exact, 1.5x the tile work. Storage with
-// fewer significant bits needs fewer parts (bf16: 1, f16: 2), and then fewer products. The rest of the loop nest
-// (items, K blocks, epilogue on the L1 tile, row reductions) is the AVX-512 lane's, x86_simd_gemm.cpp.
+// fewer significant bits needs fewer parts (bf16: 1, f16: 2), and then fewer products. The
+// rest of the loop nest (items, K blocks, epilogue on the L1 tile, row reductions) is the
+// AVX-512 lane's, x86_simd_gemm.cpp.
 //
 // Layouts, per K block rounded up to kcp (a multiple of 32; the pad is zero in A and B):
 //   A panel (32 rows): [part][k / 32][row][32 k] bf16 - a 16-row tile is 16 x 64 bytes.
@@ -30,9 +31,10 @@ struct Product {
   int a, b; // part indices
 };
 
-// The products whose weight is at least 2^-16 (a + b <= 2; all when exact), ordered to load fewest tiles
-// with top x top last: the small products sum first, so the one rounding at the scale of the
-// result is the last addition (otherwise each later small product rounds there again).
+// The products whose weight is at least 2^-16 (a + b <= 2; all when exact), ordered to load
+// fewest tiles with top x top last: the small products sum first, so the one rounding at the
+// scale of the result is the last addition (otherwise each later small product rounds there
+// again).
 std::vector<Product> ordered_products(int nsa, int nsb, bool exact) {
   std::vector<Product> ps;
   for (int a = 0; a < nsa; ++a)
@@ -93,8 +95,8 @@ static void fusor_amx_config(void) {
 
 /* x = h + m + l exactly for finite x, each part a bf16 in the top half of a 32-bit lane (low
    half zero): truncation leaves a remainder that f32 holds exactly, twice. A NaN stays a NaN
-   (the quiet bit survives the truncation), an infinity is its own top part. Returns the
-   lanes that are not finite. */
+   (its quiet bit, set here, is in the top half), an infinity is its own top part. Returns
+   the lanes that are not finite. */
 static inline __mmask16 fusor_split16(__m512 x, __m512i* h, __m512i* m, __m512i* l) {
   const __m512i top = _mm512_set1_epi32((int)0xFFFF0000u);
   const __mmask16 special = _mm512_fpclass_ps_mask(x, 0x99); /* NaN or +-inf */
@@ -125,6 +127,7 @@ static inline __mmask16 fusor_store_pairs(__m512 x0, __m512 x1, uint16_t* dst, i
   return bad;
 }
 
+/* fusor_split16 for one value. */
 static inline void fusor_split1(float x, uint16_t* h, uint16_t* m, uint16_t* l) {
   uint32_t xb, hb, mb, lb;
   memcpy(&xb, &x, 4);

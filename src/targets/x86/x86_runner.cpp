@@ -49,8 +49,11 @@ Expected<RunOutput> run(const Artifact& artifact, const Region& region, std::spa
   if (rc == codegen::kKernelDimsMismatch)
     return make_error(ErrorCode::shape_mismatch,
                       "x86 kernel (" + artifact.source.shape_key + ") was called with dims outside its specialisation");
-  if (rc != codegen::kKernelOk)
-    return make_error(ErrorCode::internal, "x86 kernel returned " + std::to_string(rc) + " (out of memory?)");
+  if (rc != codegen::kKernelOk) {
+    const std::string_view meaning = codegen::kernel_return_meaning(rc);
+    return make_error(ErrorCode::internal, "x86 kernel (" + artifact.source.lane + ") returned " + std::to_string(rc) +
+                                               (meaning.empty() ? "" : ": " + std::string(meaning)));
+  }
   return RunOutput{std::move(out), artifact.source.lane, ms.count(), {}};
 }
 

@@ -14,6 +14,7 @@
 // K/V block to L2 once per QS x MR queries.
 #include <functional>
 
+#include "codegen/abi.hpp"
 #include "codegen/c_renderer.hpp"
 #include "targets/x86/x86_simd_common.hpp"
 
@@ -125,7 +126,7 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   s += "  enum { QS = " + std::to_string(kQueryBlocks) + " };\n";
   s += "  const int64_t nkb = fusor_cdiv(Nk, 32);\n";
   if (amx) {
-    s += "  if (!fusor_amx_permit()) return 3;\n";
+    s += "  if (!fusor_amx_permit()) return " + std::to_string(codegen::kKernelNoTileState) + ";\n";
     s += "  const int64_t Dp = D > 0 ? fusor_cdiv(D, 32) * 32 : 32; /* features in whole tile steps */\n";
     s += "  uint16_t* restrict kp = (uint16_t*)fusor_scratch(0, 2 * (size_t)(nkv * nkb * FUSOR_NSB * Dp * 32));\n";
     s += "  unsigned char* restrict kf = (unsigned char*)fusor_scratch(1, (size_t)(nkv * nkb * 32));\n";

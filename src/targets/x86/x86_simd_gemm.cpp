@@ -11,6 +11,7 @@
 //     rows while they are still in L2.
 // Gated regions interleave Wg and Wu per panel ([16 gate columns | 16 up columns]) so one
 // micro-kernel call yields both products of the same output columns.
+#include "codegen/abi.hpp"
 #include "codegen/c_renderer.hpp"
 #include "targets/x86/x86_simd_common.hpp"
 
@@ -208,7 +209,7 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
     s += "  const " + T + "* restrict res = (const " + T + "*)operands[" + std::to_string(next++) + "];\n";
   s += "  if (M == 0 || N == 0) return 0;\n";
   const bool amx = tuning.amx;
-  if (amx) s += "  if (!fusor_amx_permit()) return 3;\n";
+  if (amx) s += "  if (!fusor_amx_permit()) return " + std::to_string(codegen::kKernelNoTileState) + ";\n";
   // K blocks of at most `kc`, evenly sized: fewer blocks mean fewer partial-sum round trips
   // through `out`, and a micro-panel streamed from L2 costs the micro-kernel little.
   // AMX blocks are whole 32-k tile steps: only the last one is padded.

@@ -14,47 +14,23 @@
 #include "fusor/target.hpp"
 #include "fusor/toolchain.hpp"
 #include "support/compare.hpp"
+#include "support/x86_lanes.hpp"
 #include "targets/x86/x86_simd_emitter.hpp"
 
 namespace fusor {
 namespace {
 
-Region region_of(const std::string& text) {
-  auto r = parse_region(text);
-  EXPECT_TRUE(r.ok()) << text << ": " << (r.ok() ? "" : r.error().str());
-  return r.value();
-}
+using testing::attention_dims;
+using testing::gemm;
+using testing::region_of;
+using testing::x86;
 
-const Target& x86() {
-  testing::use_test_cache();
-  const Target* t = builtin_registry().target("x86");
-  EXPECT_NE(t, nullptr);
-  return *t;
-}
-
-const Candidate* amx_lane(RegionKind kind) {
-  for (const Candidate* c : builtin_registry().candidates("x86", kind))
-    if (c->name == "x86_amx") return c;
-  return nullptr;
-}
+const Candidate* amx_lane(RegionKind kind) { return testing::x86_candidate(kind, "x86_amx"); }
 
 #define REQUIRE_AMX()                                                                                                  \
   if (auto why = x86::amx_declines(region_of("matmul { storage = f32 }"))) {                                           \
     GTEST_SKIP() << "the x86_amx lane declines here: " << *why;                                                        \
   }
-
-ProblemShape gemm(std::int64_t m, std::int64_t n, std::int64_t k) {
-  ProblemShape s;
-  s.M = m, s.N = n, s.K = k;
-  return s;
-}
-
-ProblemShape attention_dims(std::int64_t batch, std::int64_t heads, std::int64_t kv, std::int64_t m, std::int64_t nk,
-                            std::int64_t d, std::int64_t dv) {
-  ProblemShape s;
-  s.batch = batch, s.heads = heads, s.kv_heads = kv, s.M = m, s.Nk = nk, s.D = d, s.Dv = dv;
-  return s;
-}
 
 // Every thread however small the shape (serial = 0), unless the test's knobs say otherwise.
 Expected<RunOutput> run_amx(const Region& region, const std::vector<Tensor>& operands,

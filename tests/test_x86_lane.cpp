@@ -7,22 +7,16 @@
 #include "fusor/region_text.hpp"
 #include "fusor/target.hpp"
 #include "support/compare.hpp"
+#include "support/x86_lanes.hpp"
 
 namespace fusor {
 namespace {
 
-Region region_of(const std::string& text) {
-  auto r = parse_region(text);
-  EXPECT_TRUE(r.ok()) << text << ": " << (r.ok() ? "" : r.error().str());
-  return r.value();
-}
-
-const Target& x86() {
-  testing::use_test_cache();
-  const Target* t = builtin_registry().target("x86");
-  EXPECT_NE(t, nullptr);
-  return *t;
-}
+using testing::attention_dims;
+using testing::elementwise;
+using testing::gemm;
+using testing::region_of;
+using testing::x86;
 
 double bf16_or_f16_atol(const Region& region) {
   switch (region_storage(region)) {
@@ -41,33 +35,6 @@ void expect_matches_reference(const Region& region, const ProblemShape& dims, st
   EXPECT_NE(out->tag, "reference");
   EXPECT_TRUE(testing::all_close(out->output, *ref, bf16_or_f16_atol(region)))
       << print_region(region) << " at dims M=" << dims.M << " N=" << dims.N << " K=" << dims.K;
-}
-
-ProblemShape gemm(std::int64_t m, std::int64_t n, std::int64_t k) {
-  ProblemShape s;
-  s.M = m;
-  s.N = n;
-  s.K = k;
-  return s;
-}
-
-ProblemShape attention_dims(std::int64_t batch, std::int64_t heads, std::int64_t kv_heads, std::int64_t m,
-                            std::int64_t nk, std::int64_t d) {
-  ProblemShape s;
-  s.batch = batch;
-  s.heads = heads;
-  s.kv_heads = kv_heads;
-  s.M = m;
-  s.Nk = nk;
-  s.D = d;
-  s.Dv = d;
-  return s;
-}
-
-ProblemShape elementwise(Shape shape) {
-  ProblemShape s;
-  s.output = std::move(shape);
-  return s;
 }
 
 const std::int64_t kRagged[] = {1, 7, 17, 129};

@@ -14,51 +14,22 @@
 #include "fusor/target.hpp"
 #include "fusor/toolchain.hpp"
 #include "support/compare.hpp"
+#include "support/x86_lanes.hpp"
 #include "targets/x86/x86_simd_emitter.hpp"
 
 namespace fusor {
 namespace {
 
-Region region_of(const std::string& text) {
-  auto r = parse_region(text);
-  EXPECT_TRUE(r.ok()) << text << ": " << (r.ok() ? "" : r.error().str());
-  return r.value();
-}
+using testing::attention_dims;
+using testing::elementwise;
+using testing::gemm;
+using testing::region_of;
+using testing::x86;
 
-const Target& x86() {
-  testing::use_test_cache();
-  const Target* t = builtin_registry().target("x86");
-  EXPECT_NE(t, nullptr);
-  return *t;
-}
-
-const Candidate* lane(RegionKind kind) {
-  for (const Candidate* c : builtin_registry().candidates("x86", kind))
-    if (c->name == "x86_avx512") return c;
-  return nullptr;
-}
+const Candidate* lane(RegionKind kind) { return testing::x86_candidate(kind, "x86_avx512"); }
 
 #define REQUIRE_AVX512()                                                                                               \
   if (!host_has_avx512()) GTEST_SKIP() << "host lacks AVX-512: the lane declines (checked in DeclinesWithReasons)"
-
-ProblemShape gemm(std::int64_t m, std::int64_t n, std::int64_t k) {
-  ProblemShape s;
-  s.M = m, s.N = n, s.K = k;
-  return s;
-}
-
-ProblemShape attention_dims(std::int64_t batch, std::int64_t heads, std::int64_t kv, std::int64_t m, std::int64_t nk,
-                            std::int64_t d) {
-  ProblemShape s;
-  s.batch = batch, s.heads = heads, s.kv_heads = kv, s.M = m, s.Nk = nk, s.D = d, s.Dv = d;
-  return s;
-}
-
-ProblemShape elementwise(Shape shape) {
-  ProblemShape s;
-  s.output = std::move(shape);
-  return s;
-}
 
 // Unless a test says otherwise, kernels run on every thread however small the shape (the
 // default `serial` threshold would keep the tests' small shapes on one thread, and the row

@@ -50,9 +50,7 @@ void expect_matches_reference(const Region& region, const std::vector<Tensor>& o
   auto out = run_amx(region, operands, std::move(knobs));
   ASSERT_TRUE(out.ok()) << print_region(region) << ": " << out.error().str();
   EXPECT_EQ(out->tag, "x86_amx");
-  const DType st = region_storage(region);
-  const double atol = st == DType::f32 ? 1e-3 : (st == DType::f16 ? 5e-3 : 5e-2);
-  EXPECT_TRUE(testing::all_close(out->output, *ref, atol))
+  EXPECT_TRUE(testing::all_close(out->output, *ref, testing::storage_atol(region)))
       << print_region(region) << " at " << shape_str(operands[0].shape) << " x " << shape_str(operands[1].shape);
 }
 
@@ -62,19 +60,7 @@ void expect_matches_reference(const Region& region, const ProblemShape& dims, st
 }
 
 void expect_verified(const Region& region, std::map<std::string, std::string> knobs = {}) {
-  const Candidate* c = amx_lane(region_kind(region));
-  ASSERT_NE(c, nullptr);
-  ASSERT_FALSE(c->declines(region).has_value());
-  EmitOptions options;
-  options.options = std::move(knobs);
-  auto src = c->emit(region, options);
-  ASSERT_TRUE(src.ok()) << src.error().str();
-  EXPECT_EQ(src->lane, "x86_amx");
-  auto artifact = x86().compile(*src);
-  ASSERT_TRUE(artifact.ok()) << artifact.error().str();
-  auto report = verify(region, x86(), *artifact);
-  ASSERT_TRUE(report.ok()) << report.error().str();
-  EXPECT_TRUE(report->verified) << print_region(region) << "\n" << report->summary();
+  testing::expect_verified_on("x86_amx", region, std::move(knobs));
 }
 
 // K blocks of 32 (several per probe), 32-row blocks: partial sums merge through `out`.

@@ -18,14 +18,6 @@ using testing::gemm;
 using testing::region_of;
 using testing::x86;
 
-double bf16_or_f16_atol(const Region& region) {
-  switch (region_storage(region)) {
-  case DType::bf16: return 5e-2;
-  case DType::f16: return 5e-3;
-  default: return 1e-3;
-  }
-}
-
 void expect_matches_reference(const Region& region, const ProblemShape& dims, std::uint64_t seed, double scale) {
   const auto operands = make_operands(region, dims, seed, scale);
   auto ref = evaluate_reference(region, operands);
@@ -33,7 +25,7 @@ void expect_matches_reference(const Region& region, const ProblemShape& dims, st
   auto out = execute_on_target(x86(), region, operands, {.emit = {}, .reference_fallback = false});
   ASSERT_TRUE(out.ok()) << print_region(region) << ": " << out.error().str();
   EXPECT_NE(out->tag, "reference");
-  EXPECT_TRUE(testing::all_close(out->output, *ref, bf16_or_f16_atol(region)))
+  EXPECT_TRUE(testing::all_close(out->output, *ref, testing::storage_atol(region)))
       << print_region(region) << " at dims M=" << dims.M << " N=" << dims.N << " K=" << dims.K;
 }
 

@@ -52,29 +52,15 @@ void expect_matches_reference(const Region& region, const ProblemShape& dims, st
   ASSERT_TRUE(out.ok()) << print_region(region) << ": " << out.error().str();
   EXPECT_EQ(out->tag, "x86_avx512");
   EXPECT_TRUE(out->verified);
-  const double atol =
-      region_storage(region) == DType::f32 ? 1e-3 : (region_storage(region) == DType::f16 ? 5e-3 : 5e-2);
-  EXPECT_TRUE(testing::all_close(out->output, *ref, atol))
+  EXPECT_TRUE(testing::all_close(out->output, *ref, testing::storage_atol(region)))
       << print_region(region) << " at M=" << dims.M << " N=" << dims.N << " K=" << dims.K << " Nk=" << dims.Nk
       << " D=" << dims.D;
 }
 
-// The oracle's verdict on the lane's own artifact (probes incl. NaN/inf, exact integers,
-// large magnitudes, masked rows), with tuning knobs that force every tail and K split.
+// The oracle's verdict on the lane's own artifact, with tuning knobs that force every tail
+// and K split.
 void expect_verified(const Region& region, std::map<std::string, std::string> knobs = {}) {
-  const Candidate* c = lane(region_kind(region));
-  ASSERT_NE(c, nullptr);
-  ASSERT_FALSE(c->declines(region).has_value());
-  EmitOptions options;
-  options.options = std::move(knobs);
-  auto src = c->emit(region, options);
-  ASSERT_TRUE(src.ok()) << src.error().str();
-  EXPECT_EQ(src->lane, "x86_avx512");
-  auto artifact = x86().compile(*src);
-  ASSERT_TRUE(artifact.ok()) << artifact.error().str();
-  auto report = verify(region, x86(), *artifact);
-  ASSERT_TRUE(report.ok()) << report.error().str();
-  EXPECT_TRUE(report->verified) << print_region(region) << "\n" << report->summary();
+  testing::expect_verified_on("x86_avx512", region, std::move(knobs));
 }
 
 const std::int64_t kRagged[] = {1, 7, 17, 129};

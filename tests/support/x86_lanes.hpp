@@ -5,9 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 
+#include "fusor/oracle.hpp"
 #include "fusor/region_text.hpp"
 #include "fusor/target.hpp"
 #include "support/compare.hpp"
@@ -32,6 +34,31 @@ inline const Candidate* x86_candidate(RegionKind kind, std::string_view name) {
   for (const Candidate* c : builtin_registry().candidates("x86", kind))
     if (c->name == name) return c;
   return nullptr;
+}
+
+// The tolerance lane tests compare with: the oracle's default, or the storage's budget.
+inline double storage_atol(const Region& region) {
+  const DType st = region_storage(region);
+  return st == DType::f32 ? 1e-3 : (st == DType::f16 ? 5e-3 : 5e-2);
+}
+
+// The oracle's verdict on lane `name`'s own artifact for `region` (probes incl. NaN/inf,
+// exact integers, large magnitudes, masked rows), emitted with tuning `knobs`.
+inline void expect_verified_on(std::string_view name, const Region& region,
+                               std::map<std::string, std::string> knobs = {}) {
+  const Candidate* c = x86_candidate(region_kind(region), name);
+  ASSERT_NE(c, nullptr);
+  ASSERT_FALSE(c->declines(region).has_value());
+  EmitOptions options;
+  options.options = std::move(knobs);
+  auto src = c->emit(region, options);
+  ASSERT_TRUE(src.ok()) << src.error().str();
+  EXPECT_EQ(src->lane, name);
+  auto artifact = x86().compile(*src);
+  ASSERT_TRUE(artifact.ok()) << artifact.error().str();
+  auto report = verify(region, x86(), *artifact);
+  ASSERT_TRUE(report.ok()) << report.error().str();
+  EXPECT_TRUE(report->verified) << print_region(region) << "\n" << report->summary();
 }
 
 inline ProblemShape gemm(std::int64_t m, std::int64_t n, std::int64_t k) {

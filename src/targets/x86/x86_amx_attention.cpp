@@ -1,10 +1,14 @@
 // The x86_amx lane's attention: the AVX-512 lane's flash loop (x86_simd_attention.cpp) with
-// the scores Q·Kᵀ on AMX tiles, exact f32 products as in x86_amx_gemm.cpp. Query blocks are
-// 32 rows (the tile's); K of every KV head is packed once as bf16 parts in 32-key panels
-// ([part][feature / 2][key][feature % 2]: features are the contraction), each query block
-// as [part][feature / 32][row][32]. The online softmax and P·V are the AVX-512 lane's.
+// both products on AMX tiles, exact f32 products as in x86_amx_gemm.cpp. Query blocks are
+// 32 rows (the tile's). Scores Q·Kᵀ: K of every KV head is packed once as bf16 parts in
+// 32-key panels ([part][feature / 2][key][feature % 2]: features are the contraction), each
+// query block as [part][feature / 32][row][32]. The online softmax stays on zmm. P·V: the
+// block's probabilities are split into parts ([part][key / 32][row][32]) and multiplied
+// with V packed once per KV head ([part][key / 2][column][key % 2], 32-column panels),
+// accumulating into output rows padded to whole 32-column tiles.
 // A query row or key holding a NaN or an infinity is flagged while packing, and its scores
-// are recomputed as f32 dot products (a zero part times an infinity would make NaN).
+// are recomputed as f32 dot products (a zero part times an infinity would make NaN); a head
+// whose V is not all finite keeps the AVX-512 P·V, which never multiplies a masked key.
 #include "codegen/c_renderer.hpp"
 #include "targets/x86/x86_simd_common.hpp"
 

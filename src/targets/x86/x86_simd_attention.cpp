@@ -103,7 +103,7 @@ std::string attention_pv_source(const Tuning& tuning) {
 }
 
 std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, const Tuning& tuning) {
-  const bool amx = tuning.amx; // scores on AMX tiles (x86_amx_attention.cpp)
+  const bool amx = tuning.amx; // both products on AMX tiles (x86_amx_attention.cpp)
   const auto& d = c99_simd_dialect();
   const auto& v = codegen::c99_avx512_dialect();
   const std::string T = ld.type;

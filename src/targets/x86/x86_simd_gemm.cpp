@@ -10,7 +10,8 @@
 //     over __m512) and the value is stored once. Row reductions run on the item's finished
 //     rows while they are still in L2.
 // Gated regions interleave Wg and Wu per panel ([16 gate columns | 16 up columns]) so one
-// micro-kernel call yields both products of the same output columns.
+// micro-kernel call yields both products of the same output columns. The x86_amx lane runs
+// this loop nest with its own packing and micro-kernel (Tuning::amx, x86_amx_gemm.cpp).
 #include "codegen/abi.hpp"
 #include "codegen/c_renderer.hpp"
 #include "targets/x86/x86_simd_common.hpp"

@@ -5,7 +5,9 @@
 // query block as [part][feature / 32][row][32]. The online softmax stays on zmm. P·V: the
 // block's probabilities are split into parts ([part][key / 32][row][32]) and multiplied
 // with V packed once per KV head ([part][key / 2][column][key % 2], 32-column panels),
-// accumulating into output rows padded to whole 32-column tiles.
+// accumulating into output rows padded to whole 32-column tiles. The tile work of the
+// neighbouring block steps runs between the softmax's chunks, so the tile unit and the
+// vector units work at once (amx_attention_steps).
 // A query row or key holding a NaN or an infinity is flagged while packing, and its scores
 // are recomputed as f32 dot products (a zero part times an infinity would make NaN); a head
 // whose V is not all finite keeps the AVX-512 P·V, which never multiplies a masked key.
@@ -82,12 +84,54 @@ std::string amx_attention_pack_q(const AttentionRegion& r, const StorageLoad& ld
   return s;
 }
 
-std::string amx_attention_scores(const AttentionRegion& r, const StorageLoad& ld) {
+std::string amx_attention_step_source() {
+  return R"(/* A block step of a work item: key block n0 (outer) x query block sb (inner), its rows and
+   the keys they see (nbk, padded to whole 32-key panels in nbkp). */
+typedef struct {
+  int64_t n0, sb, i0, rows, nbk, nbkp;
+} fusor_att_step;
+/* The first step after t that sees a key (causal blocks see none past their last row);
+   nsteps when there is none. */
+static inline int64_t fusor_att_next(int64_t t, int64_t nsteps, int64_t nsub, int64_t q0, int64_t M, int64_t Nk,
+                                     int64_t NB, int causal, fusor_att_step* st) {
+  for (++t; t < nsteps; ++t) {
+    st->n0 = (t / nsub) * NB, st->sb = t % nsub, st->i0 = q0 + st->sb * FUSOR_MR;
+    st->rows = M - st->i0 < FUSOR_MR ? M - st->i0 : FUSOR_MR;
+    const int64_t n_end = causal && st->i0 + st->rows < Nk ? st->i0 + st->rows : Nk;
+    if (st->n0 >= n_end) continue;
+    st->nbk = n_end - st->n0 < NB ? n_end - st->n0 : NB;
+    st->nbkp = fusor_cdiv(st->nbk, 32) * 32;
+    return t;
+  }
+  return nsteps;
+}
+)";
+}
+
+std::string amx_attention_split_row(const std::string& hook) {
+  // Row rr's probabilities (0 past its keys) as bf16 parts [part][key / 32][row][32].
   std::string s;
-  s += "        for (int64_t pb = 0; pb < fusor_cdiv(nbk, 32); ++pb)\n";
-  s +=
-      "          fusor_amx_ukr(Dp, qp + sb * FUSOR_NSA * Dp * 32, Dp * 32, kp + (kvh * nkb + n0 / 32 + pb) * FUSOR_NSB "
-      "* Dp * 32, Dp * 32, sp + pb * 32, NB, NULL, 0);\n";
+  s += "          for (int64_t k0 = 0; k0 < nbkp; k0 += 32) {\n";
+  s += hook;
+  AmxRowChunk c;
+  c.source = "sp";
+  c.element = "rr * NB + k0 + t";
+  c.contiguous = "sp + rr * NB + k0";
+  c.valid = "nbkp - k0";
+  c.dst = "pp + k0 * 32 + rr * 32";
+  c.part_stride = "nbkp * 32";
+  c.parts = "FUSOR_NSA";
+  c.flag = "pbad";
+  s += amx_pack_row_chunk(c, StorageLoad{"float", "", ""}, "            ");
+  s += "          }\n";
+  return s;
+}
+
+namespace {
+
+// The recomputation of the scores of flagged query rows and keys as f32 dot products.
+std::string score_fixup(const AttentionRegion& r, const StorageLoad& ld) {
+  std::string s;
   s += "        {\n";
   s += "          const unsigned char* restrict kfl = kf + (kvh * nkb + n0 / 32) * 32;\n";
   s += "          int any = 0;\n";
@@ -104,6 +148,80 @@ std::string amx_attention_scores(const AttentionRegion& r, const StorageLoad& ld
   s += "                sp[rr * NB + j] = sum;\n";
   s += "              }\n";
   s += "        }\n";
+  return s;
+}
+
+// Tile jobs: the scores of step `st` into buffer `buf`, and P·V of step `st` (its parts in
+// `parts`) added into its output rows.
+std::string scores_job(const std::string& st, const std::string& buf) {
+  return "(fusor_tile_job){.a = qp + " + st + ".sb * FUSOR_NSA * Dp * 32, .pa = Dp * 32, .b = kp + (kvh * nkb + " + st +
+         ".n0 / 32) * FUSOR_NSB * Dp * 32, .pb = Dp * 32, .bblk = FUSOR_NSB * Dp * 32, .c = " + buf +
+         ", .ldc = NB, .cblk = 32, .kc = Dp, .nblk = fusor_cdiv(" + st + ".nbk, 32), .cin = 0}";
+}
+
+std::string pv_job(const std::string& st, const std::string& parts) {
+  return "(fusor_tile_job){.a = " + parts + ", .pa = " + st + ".nbkp * 32, .b = vp + (kvh * ndp * FUSOR_NSB * Nkp + " +
+         st + ".n0) * 32, .pb = Nkp * 32, .bblk = FUSOR_NSB * Nkp * 32, .c = ob + " + st +
+         ".sb * MRP * LDO, .ldc = LDO, .cblk = 32, .kc = " + st + ".nbkp, .nblk = ndp, .cin = 1}";
+}
+
+} // namespace
+
+std::string amx_attention_steps(const AttentionRegion& r, const StorageLoad& ld, bool overlap,
+                                const std::string& step_rows, const std::string& rows_loop, const std::string& zmm_pv) {
+  // Block steps in order (key block outer: a K/V block reaches L2 once per QS query blocks),
+  // software-pipelined over the two units: while the vector units run step t's softmax and
+  // split its probabilities, the tile unit computes the scores of step t + 1 and P·V of step
+  // t - 1, a part product at a time between the 32-key chunks. P·V of t - 1 runs first, alone,
+  // when it adds into the rows that t's softmax rescales (one query block per item). Scores
+  // and parts alternate between two buffers (par).
+  std::string s;
+  s += "      float* const spb[2] = {sp, sp + spn};\n";
+  s += "      uint16_t* const ppb[2] = {(uint16_t*)(sp + MRP * NB), (uint16_t*)(sp + spn + MRP * NB)};\n";
+  s += "      const int64_t nsteps = fusor_cdiv(n_all, NB) * nsub;\n";
+  s += "      const int causal = " + std::string(r.causal() ? "1" : "0") + ";\n";
+  s += "      fusor_att_step cur, nxt, prv;\n";
+  s += "      fusor_tiles tq;\n";
+  s += "      int par = 0, have_prv = 0;\n";
+  s += "      int64_t t = fusor_att_next(-1, nsteps, nsub, q0, M, Nk, NB, causal, &cur);\n";
+  s += "      if (t < nsteps) {\n";
+  s += "        fusor_tiles_reset(&tq);\n";
+  s += "        fusor_tiles_add(&tq, " + scores_job("cur", "spb[0]") + ");\n";
+  s += "        fusor_tiles_drain(&tq);\n";
+  s += "      }\n";
+  s += "      while (t < nsteps) {\n";
+  s += "        const int64_t tn = fusor_att_next(t, nsteps, nsub, q0, M, Nk, NB, causal, &nxt);\n";
+  s += "        fusor_tiles_reset(&tq);\n";
+  s += "        if (have_prv) {\n";
+  s += "          fusor_tiles_add(&tq, " + pv_job("prv", "ppb[par ^ 1]") + ");\n";
+  s += "          if (prv.sb == cur.sb) fusor_tiles_drain(&tq);\n";
+  s += "        }\n";
+  s += "        if (tn < nsteps) fusor_tiles_add(&tq, " + scores_job("nxt", "spb[par ^ 1]") + ");\n";
+  s += "        {\n";
+  s += "        const int64_t n0 = cur.n0, sb = cur.sb, i0 = cur.i0, rows = cur.rows, nbk = cur.nbk, nbkp = "
+       "cur.nbkp;\n";
+  s += "        float* restrict sp = spb[par];\n";
+  s += "        uint16_t* restrict pp = ppb[par];\n";
+  s += step_rows;
+  s += score_fixup(r, ld);
+  // The tile queue's products spread evenly over the 32-key chunks of the exp pass and the split.
+  s += "        const int64_t chunks = rows * (nbk / 32) + FUSOR_MR * (nbkp / 32), prods = " +
+       std::string(overlap ? "fusor_tiles_products(&tq)" : "0") + ";\n";
+  s += "        int64_t tick = 0;\n";
+  s += "        int pbad = 0; /* probabilities are finite or NaN; a NaN stays one */\n";
+  s += "        (void)pbad;\n";
+  s += rows_loop;
+  // Heads whose V is not all finite keep the zmm P·V, whose masked keys never touch V.
+  s += "        if (!vfin) {\n" + zmm_pv + "        }\n";
+  s += "        }\n";
+  s += "        fusor_tiles_drain(&tq);\n";
+  s += "        have_prv = vfin, prv = cur, cur = nxt, par ^= 1, t = tn;\n";
+  s += "      }\n";
+  s += "      if (have_prv) {\n";
+  s += "        fusor_tiles_reset(&tq);\n";
+  s += "        fusor_tiles_add(&tq, " + pv_job("prv", "ppb[par ^ 1]") + ");\n";
+  s += "        fusor_tiles_drain(&tq);\n";
+  s += "      }\n";
   return s;
 }
 
@@ -128,30 +246,6 @@ std::string amx_attention_pack_v() {
   s += "        }\n";
   s += "      vfl[hp] = bad != 0;\n";
   s += "    }\n";
-  return s;
-}
-
-std::string amx_attention_pv(const AttentionRegion&) {
-  // The block's 32 x nbkp probabilities (0 past each row's keys, rows past M zero scores)
-  // as bf16 parts, then one tile product per 32 output columns, accumulated in place.
-  std::string s;
-  s += "          int pbad = 0; /* probabilities are finite or NaN; a NaN stays one */\n";
-  s += "          for (int64_t rr = 0; rr < FUSOR_MR; ++rr)\n";
-  s += "            for (int64_t k0 = 0; k0 < nbkp; k0 += 32) {\n";
-  AmxRowChunk c;
-  c.source = "sp";
-  c.element = "rr * NB + k0 + t";
-  c.contiguous = "sp + rr * NB + k0";
-  c.valid = "nbkp - k0";
-  c.dst = "pp + k0 * 32 + rr * 32";
-  c.part_stride = "nbkp * 32";
-  c.parts = "FUSOR_NSA";
-  c.flag = "pbad";
-  s += amx_pack_row_chunk(c, StorageLoad{"float", "", ""}, "              ");
-  s += "            }\n";
-  s += "          for (int64_t p = 0; p < ndp; ++p)\n";
-  s += "            fusor_amx_ukr(nbkp, pp, nbkp * 32, vp + ((kvh * ndp + p) * FUSOR_NSB * Nkp + n0) * 32, Nkp * 32, "
-       "obs + p * 32, LDO, obs + p * 32, LDO);\n";
   return s;
 }
 

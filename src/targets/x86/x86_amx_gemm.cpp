@@ -57,6 +57,125 @@ std::vector<Product> ordered_products(int nsa, int nsb, bool exact) {
   return out;
 }
 
+// A tile load of part `part` into tmm4-7 (A's row halves, B's column halves) at k offset `at`.
+std::string tile_load(int reg, int part, const std::string& at) {
+  const std::string P = std::to_string(part);
+  switch (reg) {
+  case 4: return "_tile_loadd(4, a + " + at + " + " + P + " * pa, 64);";
+  case 5: return "_tile_loadd(5, a + " + at + " + " + P + " * pa + 512, 64);";
+  case 6: return "_tile_loadd(6, b + " + at + " + " + P + " * pb, 128);";
+  default: return "_tile_loadd(7, b + " + at + " + " + P + " * pb + 32, 128);";
+  }
+}
+
+// One 32-k step's tile products, software-pipelined: a tile is loaded for the next product
+// as soon as the current one has issued its last product reading that register (tiles are
+// not renamed), so loads overlap the other products instead of waiting for all four. The dps
+// are ordered to free first the registers the next product replaces. The last product's
+// loads are the next k step's first (`next`, while k + 32 < kc).
+std::string k_step_products(const std::vector<Product>& ps) {
+  std::string s;
+  for (size_t i = 0; i < ps.size(); ++i) {
+    const bool wrap = i + 1 == ps.size();
+    const Product& nx = wrap ? ps[0] : ps[i + 1];
+    const bool new_a = wrap || nx.a != ps[i].a, new_b = wrap || nx.b != ps[i].b;
+    static const int kAFirst[4][3] = {{0, 4, 6}, {1, 4, 7}, {2, 5, 6}, {3, 5, 7}};
+    static const int kBFirst[4][3] = {{0, 4, 6}, {2, 5, 6}, {1, 4, 7}, {3, 5, 7}};
+    const auto& order = new_b && !new_a ? kBFirst : kAFirst;
+    for (int j = 0; j < 4; ++j) {
+      s += "    _tile_dpbf16ps(" + std::to_string(order[j][0]) + ", " + std::to_string(order[j][1]) + ", " +
+           std::to_string(order[j][2]) + ");\n";
+      for (int reg = 4; reg <= 7; ++reg) {
+        const bool replaced = reg < 6 ? new_a : new_b;
+        int last = -1;
+        for (int u = 0; u < 4; ++u)
+          if (order[u][1] == reg || order[u][2] == reg) last = u;
+        if (!replaced || last != j) continue;
+        const std::string l = tile_load(reg, reg < 6 ? nx.a : nx.b, wrap ? "next" : "at");
+        s += wrap ? "    if (k + 32 < kc) " + l + "\n" : "    " + l + "\n";
+      }
+    }
+  }
+  return s;
+}
+
+// A queue of tile jobs run one part product (four tile products) at a time
+// (fusor_tiles_step), so vector work can be placed between them: a tile product occupies the
+// tile unit for 16 cycles while the vector ports are free. A tile load waits for the products
+// still reading its register, and the code after it waits too, so vector work overlaps the
+// tiles only when it sits between the products (measured: 2 exp vectors per four tile
+// products hide entirely; 12 vectors after a whole 32-k step of six products hide none).
+// A job is nblk C blocks of 32 x 32; block i multiplies a with b + i * bblk into
+// c + i * cblk, starting from c itself (cin) or from zero.
+const char* kTileC =
+    R"(static inline __attribute__((always_inline)) void fusor_amx_c_begin(const float* cin, int64_t ldin) {
+  if (cin) {
+    _tile_loadd(0, cin, ldin * 4);
+    _tile_loadd(1, cin + 16, ldin * 4);
+    _tile_loadd(2, cin + 16 * ldin, ldin * 4);
+    _tile_loadd(3, cin + 16 * ldin + 16, ldin * 4);
+  } else {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+  }
+}
+static inline __attribute__((always_inline)) void fusor_amx_c_end(float* c, int64_t ldc) {
+  _tile_stored(0, c, ldc * 4);
+  _tile_stored(1, c + 16, ldc * 4);
+  _tile_stored(2, c + 16 * ldc, ldc * 4);
+  _tile_stored(3, c + 16 * ldc + 16, ldc * 4);
+}
+)";
+const char* kTileQueue = R"(typedef struct {
+  const uint16_t* a;
+  const uint16_t* b;
+  float* c;
+  int64_t pa, pb, bblk, ldc, cblk, kc, nblk;
+  int cin;
+} fusor_tile_job;
+typedef struct {
+  fusor_tile_job job[2];
+  int nj, j, p;
+  int64_t blk, k;
+} fusor_tiles;
+static inline void fusor_tiles_reset(fusor_tiles* q) { q->nj = q->j = q->p = 0, q->blk = q->k = 0; }
+static inline void fusor_tiles_add(fusor_tiles* q, fusor_tile_job jb) {
+  if (jb.nblk > 0 && jb.kc > 0) q->job[q->nj++] = jb;
+}
+static inline int64_t fusor_tiles_products(const fusor_tiles* q) {
+  int64_t n = 0;
+  for (int i = q->j; i < q->nj; ++i) n += q->job[i].nblk * (q->job[i].kc / 32) * FUSOR_NPROD;
+  return n;
+}
+static inline __attribute__((always_inline)) void fusor_tiles_product(fusor_tiles* q) {
+  if (q->j >= q->nj) return;
+  const fusor_tile_job* jb = &q->job[q->j];
+  float* c = jb->c + q->blk * jb->cblk;
+  if (q->k == 0 && q->p == 0) fusor_amx_c_begin(jb->cin ? c : NULL, jb->ldc);
+  fusor_amx_product(q->p, jb->a + q->k * 32, jb->pa, jb->b + q->blk * jb->bblk + q->k * 32, jb->pb);
+  if (++q->p < FUSOR_NPROD) return;
+  q->p = 0, q->k += 32;
+  if (q->k >= jb->kc) {
+    fusor_amx_c_end(c, jb->ldc);
+    q->k = 0;
+    if (++q->blk >= jb->nblk) q->blk = 0, ++q->j;
+  }
+}
+/* The rest of the queue: whole blocks through the pipelined micro-kernel. */
+static void fusor_tiles_drain(fusor_tiles* q) {
+  while (q->j < q->nj && (q->k != 0 || q->p != 0)) fusor_tiles_product(q);
+  for (; q->j < q->nj; ++q->j, q->blk = 0) {
+    const fusor_tile_job* jb = &q->job[q->j];
+    for (; q->blk < jb->nblk; ++q->blk) {
+      float* c = jb->c + q->blk * jb->cblk;
+      fusor_amx_ukr(jb->kc, jb->a, jb->pa, jb->b + q->blk * jb->bblk, jb->pb, c, jb->ldc, jb->cin ? c : NULL, jb->ldc);
+    }
+  }
+}
+)";
+
 } // namespace
 
 int amx_parts(DType storage, bool has_prologue) {
@@ -151,58 +270,45 @@ static inline void fusor_store_parts(float x, uint16_t* p, int64_t stride, int n
 }
 
 )";
+  s += kTileC;
   // c[32][32] (rows ldc floats apart) = cin + a . b over kc (a multiple of 32) for packed
   // panels a, b (layouts above; their parts pa and pb elements apart).
+  const std::vector<Product> ps = ordered_products(nsa, nsb, exact);
   s += "static void fusor_amx_ukr(int64_t kc, const uint16_t* restrict a, int64_t pa, const uint16_t* restrict b, "
        "int64_t pb, float* c, "
        "int64_t ldc, const float* cin, int64_t ldin) {\n";
-  s += "  if (cin) {\n";
-  s += "    _tile_loadd(0, cin, ldin * 4);\n    _tile_loadd(1, cin + 16, ldin * 4);\n";
-  s += "    _tile_loadd(2, cin + 16 * ldin, ldin * 4);\n    _tile_loadd(3, cin + 16 * ldin + 16, ldin * 4);\n";
-  s += "  } else {\n    _tile_zero(0);\n    _tile_zero(1);\n    _tile_zero(2);\n    _tile_zero(3);\n  }\n";
-  // Software-pipelined: a tile is loaded for the next product as soon as the current one
-  // has issued its last product reading that register (tiles are not renamed), so loads
-  // overlap the other products instead of waiting for all four. The dps are ordered to free
-  // first the registers the next product replaces.
-  const std::vector<Product> ps = ordered_products(nsa, nsb, exact);
-  auto load = [](int reg, int part, const std::string& at) {
-    const std::string P = std::to_string(part);
-    switch (reg) {
-    case 4: return "_tile_loadd(4, a + " + at + " + " + P + " * pa, 64);";
-    case 5: return "_tile_loadd(5, a + " + at + " + " + P + " * pa + 512, 64);";
-    case 6: return "_tile_loadd(6, b + " + at + " + " + P + " * pb, 128);";
-    default: return "_tile_loadd(7, b + " + at + " + " + P + " * pb + 32, 128);";
-    }
-  };
-  s += "  " + load(4, ps[0].a, "0") + "\n  " + load(5, ps[0].a, "0") + "\n";
-  s += "  " + load(6, ps[0].b, "0") + "\n  " + load(7, ps[0].b, "0") + "\n";
+  s += "  fusor_amx_c_begin(cin, ldin);\n";
+  s += "  " + tile_load(4, ps[0].a, "0") + "\n  " + tile_load(5, ps[0].a, "0") + "\n";
+  s += "  " + tile_load(6, ps[0].b, "0") + "\n  " + tile_load(7, ps[0].b, "0") + "\n";
   s += "  for (int64_t k = 0; k < kc; k += 32) {\n";
   s += "    const int64_t at = k * 32, next = at + 1024;\n"; // a k step of a part: 32 x 32
-  for (size_t i = 0; i < ps.size(); ++i) {
-    const bool wrap = i + 1 == ps.size(); // the next product is the next k step's first
-    const Product& nx = wrap ? ps[0] : ps[i + 1];
-    const bool new_a = wrap || nx.a != ps[i].a, new_b = wrap || nx.b != ps[i].b;
-    static const int kAFirst[4][3] = {{0, 4, 6}, {1, 4, 7}, {2, 5, 6}, {3, 5, 7}};
-    static const int kBFirst[4][3] = {{0, 4, 6}, {2, 5, 6}, {1, 4, 7}, {3, 5, 7}};
-    const auto& order = new_b && !new_a ? kBFirst : kAFirst;
-    for (int j = 0; j < 4; ++j) {
-      s += "    _tile_dpbf16ps(" + std::to_string(order[j][0]) + ", " + std::to_string(order[j][1]) + ", " +
-           std::to_string(order[j][2]) + ");\n";
-      for (int reg = 4; reg <= 7; ++reg) {
-        const bool replaced = reg < 6 ? new_a : new_b;
-        int last = -1;
-        for (int u = 0; u < 4; ++u)
-          if (order[u][1] == reg || order[u][2] == reg) last = u;
-        if (!replaced || last != j) continue;
-        const std::string l = load(reg, reg < 6 ? nx.a : nx.b, wrap ? "next" : "at");
-        s += wrap ? "    if (k + 32 < kc) " + l + "\n" : "    " + l + "\n";
-      }
-    }
-  }
+  s += k_step_products(ps);
   s += "  }\n";
-  s += "  _tile_stored(0, c, ldc * 4);\n  _tile_stored(1, c + 16, ldc * 4);\n";
-  s += "  _tile_stored(2, c + 16 * ldc, ldc * 4);\n  _tile_stored(3, c + 16 * ldc + 16, ldc * 4);\n}\n\n";
+  s += "  fusor_amx_c_end(c, ldc);\n}\n\n";
   return s;
+}
+
+std::string amx_tile_queue_source(int nsa, int nsb, bool exact) {
+  // The micro-kernel's products one at a time (a product's four tile products, after loading
+  // the parts it does not share with the previous product), with C left in tmm0-3 between
+  // them, and the queue that runs them.
+  const std::vector<Product> ps = ordered_products(nsa, nsb, exact);
+  std::string s = "#define FUSOR_NPROD " + std::to_string(ps.size()) + "\n";
+  s += "static inline __attribute__((always_inline)) void fusor_amx_product(int p, const uint16_t* restrict a, "
+       "int64_t pa, const uint16_t* restrict b, int64_t pb) {\n";
+  s += "  switch (p) {\n";
+  for (size_t i = 0; i < ps.size(); ++i) {
+    s += "  case " + std::to_string(i) + ":\n";
+    if (i == 0 || ps[i].a != ps[i - 1].a)
+      s += "    " + tile_load(4, ps[i].a, "0") + "\n    " + tile_load(5, ps[i].a, "0") + "\n";
+    if (i == 0 || ps[i].b != ps[i - 1].b)
+      s += "    " + tile_load(6, ps[i].b, "0") + "\n    " + tile_load(7, ps[i].b, "0") + "\n";
+    for (const char* dp : {"0, 4, 6", "1, 4, 7", "2, 5, 6", "3, 5, 7"})
+      s += "    _tile_dpbf16ps(" + std::string(dp) + ");\n";
+    s += "    break;\n";
+  }
+  s += "  }\n}\n\n";
+  return s + kTileQueue;
 }
 
 std::string amx_pack_row_chunk(const AmxRowChunk& c, const StorageLoad& ld, const std::string& indent) {

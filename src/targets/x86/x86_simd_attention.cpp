@@ -99,7 +99,7 @@ static void fusor_pv(int tile_rows, int64_t j0, int64_t j1, const float* restric
 constexpr int kQueryBlocks = 4;
 
 std::string attention_pv_source(const Tuning& tuning) {
-  return "#define FUSOR_NB " + std::to_string(tuning.nb) + "\n" + kPv;
+  return "#define FUSOR_NB " + std::to_string(tuning.nb) + "\n" + kPv + (tuning.amx ? amx_attention_step_source() : "");
 }
 
 std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, const Tuning& tuning) {
@@ -191,13 +191,13 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   else
     s += "    float* qp = (float*)fusor_scratch(5, sizeof(float) * (size_t)(QS * (D > 0 ? D : 1) * FUSOR_MR));\n";
   s += "    float* ob = (float*)fusor_scratch(6, sizeof(float) * (size_t)(QS * MRP * LDO));\n";
-  // (AMX: P's bf16 parts follow the scores in the same buffer.)
-  s += std::string("    float* sp = (float*)fusor_scratch(7, sizeof(float) * (size_t)(MRP * NB") +
-       (amx ? " + FUSOR_NSA * NB * 16" : "") + "));\n";
-  if (amx) s += "    uint16_t* pp = sp ? (uint16_t*)(sp + MRP * NB) : NULL;\n";
+  // (AMX: two of them, each followed by P's bf16 parts: a block step's softmax runs while the
+  // tiles compute the next step's scores and the previous step's P·V.)
+  s += "    const size_t spn = (size_t)(MRP * NB" + std::string(amx ? " + FUSOR_NSA * NB * 16" : "") + ");\n";
+  s += std::string("    float* sp = (float*)fusor_scratch(7, sizeof(float) * spn") + (amx ? " * 2" : "") + ");\n";
   s += "    float mall[QS * FUSOR_MR], lall[QS * FUSOR_MR];\n";
   s += "    if (!qp || !ob || !sp) {\n      #pragma omp atomic write\n      failed = 1;\n    } else {\n";
-  s += "      memset(sp, 0, sizeof(float) * (size_t)(MRP * NB));\n    }\n";
+  s += std::string("      memset(sp, 0, sizeof(float) * spn") + (amx ? " * 2" : "") + ");\n    }\n";
   s += "    const int64_t nqb = fusor_cdiv(M, QS * FUSOR_MR);\n";
   s += "    #pragma omp for schedule(dynamic, 1)\n";
   s += "    for (int64_t item = 0; item < nbh * nqb; ++item) {\n";
@@ -241,35 +241,8 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   }
   // Top-left causal: query i sees keys 0..i, so a query block needs keys below i0 + rows only.
   s += std::string("      const int64_t n_all = ") + (causal ? "(q0 + qrows < Nk ? q0 + qrows : Nk)" : "Nk") + ";\n";
-  // Key blocks outside, query blocks inside: a K/V block is brought to L2 once per QS blocks.
-  s += "      for (int64_t n0 = 0; n0 < n_all; n0 += NB)\n";
-  s += "      for (int64_t sb = 0; sb < nsub; ++sb) {\n";
-  s += "        const int64_t i0 = q0 + sb * FUSOR_MR, rows = M - i0 < FUSOR_MR ? M - i0 : FUSOR_MR;\n";
-  s += std::string("        const int64_t n_end = ") + (causal ? "(i0 + rows < Nk ? i0 + rows : Nk)" : "Nk") + ";\n";
-  s += "        if (n0 >= n_end) continue;\n";
-  s += "        const int64_t nbk = n_end - n0 < NB ? n_end - n0 : NB;\n";
-  if (amx) s += "        const int64_t nbkp = fusor_cdiv(nbk, 32) * 32;\n";
-  s += "        float* restrict obs = ob + sb * MRP * LDO;\n";
-  s += "        float* restrict mrow = mall + sb * FUSOR_MR;\n        float* restrict lrow = lall + sb * FUSOR_MR;\n";
-  if (amx) {
-    s += amx_attention_scores(r, ld);
-  } else {
-    s += "        for (int64_t pb = 0; pb < fusor_cdiv(nbk, 32); ++pb)\n";
-    s += "          fusor_ukr(D, qp + sb * D * FUSOR_MR, kp + (kvh * nkb + n0 / 32 + pb) * D * 32, sp + pb * 32, NB, "
-         "NULL, 0);\n";
-  }
-  // One online-softmax step per row over the block's visible keys.
-  s += "        for (int64_t rr = 0; rr < rows; ++rr) {\n";
-  s += std::string("          const int64_t lim = ") +
-       (causal ? "(i0 + rr + 1 - n0 < nbk ? i0 + rr + 1 - n0 : nbk)" : "nbk") + ";\n";
-  // (AMX's P·V multiplies whole 32-key chunks: a row's probabilities past its keys are 0.)
-  s += amx ? "          if (lim <= 0) { /* causal: no key of this block is visible yet */\n"
-             "            memset(sp + rr * NB, 0, sizeof(float) * (size_t)nbkp);\n            continue;\n          }\n"
-           : "          if (lim <= 0) continue; /* causal: no key of this block is visible yet */\n";
-  s += "          const int64_t np = fusor_cdiv(lim, 32) * 32;\n";
-  s += "          float* restrict srow = sp + rr * NB;\n";
-  // Scaled scores and their max over visible keys; vmaxps returns its second operand when
-  // either is NaN, so a NaN score never becomes the max (as the scalar renderer's comparison).
+  // One online-softmax step per row over the block's visible keys (the statements of one
+  // row rr, with lim, np and srow; `hook` runs once per whole 32-key chunk of the exp pass).
   // Masks of the visible keys among the 32 at j (lim of them are visible from 0).
   const std::string key_masks =
       "            const int64_t rem = lim - j;\n"
@@ -285,60 +258,69 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
     t += "          }\n          if (j < np) {\n" + key_masks + step(true) + "          }\n";
     return t;
   };
-  s += "          const __m512 vs = _mm512_set1_ps(scale), ninf = _mm512_set1_ps(-INFINITY);\n";
-  s += "          __m512 mx0 = ninf, mx1 = ninf;\n";
-  s += "          {\n" + chunks([&](bool masked) {
-         std::string t, s0 = "_mm512_loadu_ps(srow + j)", s1 = "_mm512_loadu_ps(srow + j + 16)";
-         if (!fold) {
-           t += "            const __m512 s0 = _mm512_mul_ps(vs, " + s0 + ");\n";
-           t += "            const __m512 s1 = _mm512_mul_ps(vs, " + s1 + ");\n";
-           t += "            _mm512_storeu_ps(srow + j, s0);\n            _mm512_storeu_ps(srow + j + 16, s1);\n";
-           s0 = "s0", s1 = "s1";
-         }
-         if (masked) {
-           s0 = "_mm512_mask_blend_ps(k0, ninf, " + s0 + ")";
-           s1 = "_mm512_mask_blend_ps(k1, ninf, " + s1 + ")";
-         }
-         t += "            mx0 = _mm512_max_ps(" + s0 + ", mx0);\n";
-         t += "            mx1 = _mm512_max_ps(" + s1 + ", mx1);\n";
-         return t;
-       }) +
-       "          }\n";
-  s += std::string("          const float bm = ") + (fold ? "scale * " : "") +
-       "_mm512_reduce_max_ps(_mm512_max_ps(mx0, mx1));\n";
-  s += "          const float mo = mrow[rr], mn = mo > bm ? mo : bm;\n";
-  s += "          const float dm = mo - mn;\n";
-  // A row's first block rescales nothing (e^-inf = 0): computing it went through a denormal
-  // 2^n product, a microcode assist per row and block that took 40 % of a small head's time.
-  s += "          const float alpha = mo == mn ? 1.0f : (mo == -INFINITY ? 0.0f : " +
-       codegen::render_row_norm_accumulate(d, RowNorm::softmax, "dm") + ");\n";
-  // Probabilities e^(s - m) of the visible keys, 16 at a time through the table's
-  // accumulate step rendered over __m512 (masked keys become 0 and never reach the sum).
-  s += "          const __m512 vmn = _mm512_set1_ps(mn);\n";
-  s += "          __m512 ls0 = _mm512_setzero_ps(), ls1 = _mm512_setzero_ps();\n";
-  s += "          {\n" + chunks([&](bool masked) {
-         std::string t;
-         for (const std::string h : {"0", "1"}) {
-           const std::string src = "_mm512_loadu_ps(srow + j" + std::string(h == "1" ? " + 16" : "") + ")";
-           t += "            const __m512 d" + h + " = " +
-                (fold ? "_mm512_fmsub_ps(" + src + ", vs, vmn)" : "_mm512_sub_ps(" + src + ", vmn)") + ";\n";
-         }
-         for (const std::string h : {"0", "1"}) {
-           const std::string e = codegen::render_row_norm_accumulate(v, RowNorm::softmax, "d" + h);
-           t += "            const __m512 e" + h + " = " + (masked ? "_mm512_maskz_mov_ps(k" + h + ", " + e + ")" : e) +
-                ";\n";
-         }
-         t += "            _mm512_storeu_ps(srow + j, e0);\n            _mm512_storeu_ps(srow + j + 16, e1);\n";
-         t += "            ls0 = _mm512_add_ps(ls0, e0);\n            ls1 = _mm512_add_ps(ls1, e1);\n";
-         return t;
-       }) +
-       "          }\n";
-  s += "          const float ls = _mm512_reduce_add_ps(_mm512_add_ps(ls0, ls1));\n";
-  s += "          lrow[rr] = lrow[rr] * alpha + ls;\n          mrow[rr] = mn;\n";
-  if (amx) s += "          if (np < nbkp) memset(srow + np, 0, sizeof(float) * (size_t)(nbkp - np));\n";
-  s += "          if (alpha != 1.0f) {\n            float* restrict orow = obs + rr * LDO;\n";
-  s += "            #pragma omp simd\n            for (int64_t c = 0; c < Dv; ++c) orow[c] *= alpha;\n          }\n";
-  s += "        }\n";
+  const auto softmax_row = [&](const std::string& hook) {
+    std::string t;
+    t += "          const int64_t np = fusor_cdiv(lim, 32) * 32;\n";
+    t += "          float* restrict srow = sp + rr * NB;\n";
+    // Scaled scores and their max over visible keys; vmaxps returns its second operand when
+    // either is NaN, so a NaN score never becomes the max (as the scalar renderer's comparison).
+    t += "          const __m512 vs = _mm512_set1_ps(scale), ninf = _mm512_set1_ps(-INFINITY);\n";
+    t += "          __m512 mx0 = ninf, mx1 = ninf;\n";
+    t += "          {\n" + chunks([&](bool masked) {
+           std::string u, s0 = "_mm512_loadu_ps(srow + j)", s1 = "_mm512_loadu_ps(srow + j + 16)";
+           if (!fold) {
+             u += "            const __m512 s0 = _mm512_mul_ps(vs, " + s0 + ");\n";
+             u += "            const __m512 s1 = _mm512_mul_ps(vs, " + s1 + ");\n";
+             u += "            _mm512_storeu_ps(srow + j, s0);\n            _mm512_storeu_ps(srow + j + 16, s1);\n";
+             s0 = "s0", s1 = "s1";
+           }
+           if (masked) {
+             s0 = "_mm512_mask_blend_ps(k0, ninf, " + s0 + ")";
+             s1 = "_mm512_mask_blend_ps(k1, ninf, " + s1 + ")";
+           }
+           u += "            mx0 = _mm512_max_ps(" + s0 + ", mx0);\n";
+           u += "            mx1 = _mm512_max_ps(" + s1 + ", mx1);\n";
+           return u;
+         }) +
+         "          }\n";
+    t += std::string("          const float bm = ") + (fold ? "scale * " : "") +
+         "_mm512_reduce_max_ps(_mm512_max_ps(mx0, mx1));\n";
+    t += "          const float mo = mrow[rr], mn = mo > bm ? mo : bm;\n";
+    t += "          const float dm = mo - mn;\n";
+    // A row's first block rescales nothing (e^-inf = 0): computing it went through a denormal
+    // 2^n product, a microcode assist per row and block that took 40 % of a small head's time.
+    t += "          const float alpha = mo == mn ? 1.0f : (mo == -INFINITY ? 0.0f : " +
+         codegen::render_row_norm_accumulate(d, RowNorm::softmax, "dm") + ");\n";
+    // Probabilities e^(s - m) of the visible keys, 16 at a time through the table's
+    // accumulate step rendered over __m512 (masked keys become 0 and never reach the sum).
+    t += "          const __m512 vmn = _mm512_set1_ps(mn);\n";
+    t += "          __m512 ls0 = _mm512_setzero_ps(), ls1 = _mm512_setzero_ps();\n";
+    t += "          {\n" + chunks([&](bool masked) {
+           std::string u;
+           for (const std::string h : {"0", "1"}) {
+             const std::string src = "_mm512_loadu_ps(srow + j" + std::string(h == "1" ? " + 16" : "") + ")";
+             u += "            const __m512 d" + h + " = " +
+                  (fold ? "_mm512_fmsub_ps(" + src + ", vs, vmn)" : "_mm512_sub_ps(" + src + ", vmn)") + ";\n";
+           }
+           for (const std::string h : {"0", "1"}) {
+             const std::string e = codegen::render_row_norm_accumulate(v, RowNorm::softmax, "d" + h);
+             u += "            const __m512 e" + h + " = " +
+                  (masked ? "_mm512_maskz_mov_ps(k" + h + ", " + e + ")" : e) + ";\n";
+           }
+           u += "            _mm512_storeu_ps(srow + j, e0);\n            _mm512_storeu_ps(srow + j + 16, e1);\n";
+           u += "            ls0 = _mm512_add_ps(ls0, e0);\n            ls1 = _mm512_add_ps(ls1, e1);\n";
+           return masked ? u : u + hook;
+         }) +
+         "          }\n";
+    t += "          const float ls = _mm512_reduce_add_ps(_mm512_add_ps(ls0, ls1));\n";
+    t += "          lrow[rr] = lrow[rr] * alpha + ls;\n          mrow[rr] = mn;\n";
+    if (amx) t += "          if (np < nbkp) memset(srow + np, 0, sizeof(float) * (size_t)(nbkp - np));\n";
+    t += "          if (alpha != 1.0f) {\n            float* restrict orow = obs + rr * LDO;\n";
+    t += "            #pragma omp simd\n            for (int64_t c = 0; c < Dv; ++c) orow[c] *= alpha;\n          }\n";
+    return t;
+  };
+  const std::string row_limit = std::string("          const int64_t lim = ") +
+                                (causal ? "(i0 + rr + 1 - n0 < nbk ? i0 + rr + 1 - n0 : nbk)" : "nbk") + ";\n";
   // P·V per 12-row tile over the keys every row of the tile sees; on the causal diagonal each
   // row then adds its own remaining prefix alone, so masked keys never touch V (a NaN in a
   // masked V row cannot leak).
@@ -359,11 +341,41 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
     pv += "          fusor_pv(tr, 0, nbk, sp + g0 * NB, vh + n0 * Dv, Dv, obs + g0 * LDO, LDO, Dv);\n";
   }
   pv += "        }\n";
-  if (amx) // all-finite V heads on AMX tiles; others keep the zmm path, whose masked keys never touch V
-    s += "        if (vfin) {\n" + amx_attention_pv(r) + "        } else {\n" + pv + "        }\n";
-  else
+  const std::string step_rows = "        float* restrict obs = ob + sb * MRP * LDO;\n"
+                                "        float* restrict mrow = mall + sb * FUSOR_MR;\n"
+                                "        float* restrict lrow = lall + sb * FUSOR_MR;\n";
+  if (amx) {
+    // Every row of the 32-row block is split into parts for P·V (rows past M, and causal
+    // rows that see no key of the block, as zeros); the tile queue advances between chunks.
+    std::string rows_loop = "        for (int64_t rr = 0; rr < FUSOR_MR; ++rr) {\n";
+    rows_loop += "         if (rr < rows) {\n" + row_limit;
+    rows_loop += "          if (lim <= 0) { /* causal: no key of this block is visible yet */\n"
+                 "            memset(sp + rr * NB, 0, sizeof(float) * (size_t)nbkp);\n          } else {\n";
+    const std::string hook =
+        "            for (tick += prods; tick >= chunks; tick -= chunks) fusor_tiles_product(&tq);\n";
+    rows_loop += softmax_row(hook);
+    rows_loop += "          }\n         }\n";
+    rows_loop += amx_attention_split_row(hook);
+    rows_loop += "        }\n";
+    s += amx_attention_steps(r, ld, tuning.overlap != 0, step_rows, rows_loop, pv);
+  } else {
+    // Key blocks outside, query blocks inside: a K/V block is brought to L2 once per QS blocks.
+    s += "      for (int64_t n0 = 0; n0 < n_all; n0 += NB)\n";
+    s += "      for (int64_t sb = 0; sb < nsub; ++sb) {\n";
+    s += "        const int64_t i0 = q0 + sb * FUSOR_MR, rows = M - i0 < FUSOR_MR ? M - i0 : FUSOR_MR;\n";
+    s += std::string("        const int64_t n_end = ") + (causal ? "(i0 + rows < Nk ? i0 + rows : Nk)" : "Nk") + ";\n";
+    s += "        if (n0 >= n_end) continue;\n";
+    s += "        const int64_t nbk = n_end - n0 < NB ? n_end - n0 : NB;\n";
+    s += step_rows;
+    s += "        for (int64_t pb = 0; pb < fusor_cdiv(nbk, 32); ++pb)\n";
+    s += "          fusor_ukr(D, qp + sb * D * FUSOR_MR, kp + (kvh * nkb + n0 / 32 + pb) * D * 32, sp + pb * 32, NB, "
+         "NULL, 0);\n";
+    s += "        for (int64_t rr = 0; rr < rows; ++rr) {\n" + row_limit;
+    s += "          if (lim <= 0) continue; /* causal: no key of this block is visible yet */\n";
+    s += softmax_row("") + "        }\n";
     s += pv;
-  s += "      }\n";
+    s += "      }\n";
+  }
   s += "      for (int64_t k = 0; k < qrows; ++k) {\n";
   s += "        const float rf = " +
        codegen::render_row_norm_factor(d, RowNorm::softmax, "lall[k]", "(float)Nk", "0.0f") + ";\n";

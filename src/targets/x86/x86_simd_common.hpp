@@ -27,6 +27,9 @@ struct Tuning {
   bool amx = false;
   int amx_parts_a = 3, amx_parts_b = 3;
   int exact = 0; // x86_amx: 1 computes all nine bf16 part products (x86_amx_gemm.cpp)
+  // x86_amx attention: 0 runs a block step's tile work after its softmax instead of between
+  // its chunks (x86_amx_attention.cpp), to measure what the overlap gains.
+  int overlap = 1;
 };
 
 // `#pragma omp parallel<rest>` that runs on the calling thread alone while `work` (an
@@ -88,6 +91,9 @@ struct AmxRowChunk {
 };
 std::string amx_pack_row_chunk(const AmxRowChunk& chunk, const StorageLoad& ld, const std::string& indent);
 std::string amx_source(int nsa, int nsb, bool exact);
+// The micro-kernel's part products one at a time and a queue of tile jobs that runs them a
+// product per `fusor_tiles_product` (attention places its softmax between them).
+std::string amx_tile_queue_source(int nsa, int nsb, bool exact);
 std::string amx_pack_a(const GemmPlan& plan, const StorageLoad& ld, const std::string& indent);
 std::string amx_pack_b(const GemmPlan& plan, const StorageLoad& ld, const std::string& indent);
 // Packing flags the rows of A (rf[row - i0]) and the columns of B (cf[(panel - p_lo) * 2 +
@@ -99,15 +105,18 @@ std::string amx_special_fixup(const GemmPlan& plan, const StorageLoad& ld, const
 std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning& tuning);
 std::string attention_body(const AttentionRegion& region, const StorageLoad& ld, const Tuning& tuning);
 // The x86_amx lane's attention pieces (x86_amx_attention.cpp), in attention_body's loops:
-// packing K (per KV head and 32-key panel), packing a 32-row query block, and the scores of
-// a query block x key block (with the f32 recomputation of flagged rows and keys).
+// packing K (per KV head and 32-key panel), packing a 32-row query block, packing V of every
+// KV head (when no element is NaN or infinite, vfl[head panel] = 0); the helpers of the
+// pipelined block steps (fusor_att_step, fusor_att_next), splitting row rr of a block's
+// probabilities into parts, and the item's block steps around `rows_loop` (the softmax rows,
+// which advance the tile queue tq) and `zmm_pv` (P·V of heads whose V is not all finite).
 std::string amx_attention_pack_k(const AttentionRegion& r, const StorageLoad& ld);
 std::string amx_attention_pack_q(const AttentionRegion& r, const StorageLoad& ld);
-std::string amx_attention_scores(const AttentionRegion& r, const StorageLoad& ld);
-// ... packing V of every KV head (when no element is NaN or infinite, vfl[head panel] = 0),
-// and P·V of a query block x key block on the tiles.
 std::string amx_attention_pack_v();
-std::string amx_attention_pv(const AttentionRegion& r);
+std::string amx_attention_step_source();
+std::string amx_attention_split_row(const std::string& hook);
+std::string amx_attention_steps(const AttentionRegion& r, const StorageLoad& ld, bool overlap,
+                                const std::string& step_rows, const std::string& rows_loop, const std::string& zmm_pv);
 std::string norm_chain_body(const NormChainRegion& region);
 std::string pointwise_body(const PointwiseGraphRegion& region);
 std::string pointwise_reduce_body(const PointwiseReduceRegion& region);

@@ -56,13 +56,14 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
                                       {"mc", &simd::Tuning::mc, 1, 1 << 16},
                                       {"nb", &simd::Tuning::nb, 32, 4096},
                                       {"serial", &simd::Tuning::serial, 0, 1 << 30},
-                                      {"exact", &simd::Tuning::exact, 0, 1}};
+                                      {"exact", &simd::Tuning::exact, 0, 1},
+                                      {"overlap", &simd::Tuning::overlap, 0, 1}};
     const Knob* knob = nullptr;
     std::string names;
     for (const Knob& k : kKnobs) {
       const std::string name = k.name;
-      // The AMX tile is 32 rows; `exact` is AMX's.
-      if (t.amx ? name == "mr" : name == "exact") continue;
+      // The AMX tile is 32 rows; `exact` and `overlap` are AMX's.
+      if (t.amx ? name == "mr" : name == "exact" || name == "overlap") continue;
       names += (names.empty() ? "" : ", ") + name;
       if (key == name) knob = &k;
     }
@@ -200,7 +201,10 @@ Expected<KernelSource> emit_lane(const Region& region, const EmitOptions& option
   head += "#define FUSOR_SERIAL_BELOW " + std::to_string(tuning.serial) + ".0\n";
   if (tuning.amx)
     head += simd::amx_source(tuning.amx_parts_a, tuning.amx_parts_b, tuning.exact != 0) +
-            (kind == RegionKind::attention ? simd::transpose16_source() : "");
+            (kind == RegionKind::attention
+                 ? simd::transpose16_source() +
+                       simd::amx_tile_queue_source(tuning.amx_parts_a, tuning.amx_parts_b, tuning.exact != 0)
+                 : "");
   else if (gemm_kind || kind == RegionKind::attention)
     head += simd::micro_kernel_source(tuning.mr);
   if (gemm_kind || kind == RegionKind::attention || kind == RegionKind::pointwise)

@@ -1,5 +1,5 @@
-// Flash-style attention for the AVX-512 lane. A work item is (batch, head, QS blocks of MR
-// queries). Per key block of NB keys (default 512) and per query block: the GEMM micro-kernel
+// Flash-style attention for the AVX-512 lane. A work item is (batch, head, up to QS blocks of
+// MR queries). Per key block of NB keys (default 512) and per query block: the GEMM micro-kernel
 // writes the MR x NB scores into an L1 buffer (Q block packed [D][MR], K packed once per KV
 // head as [32-key panel][D][32]); one online-softmax step per row and key block (running max,
 // rescaled sum, one rescale of the output rows) turns them into probabilities in place; a
@@ -94,9 +94,13 @@ static void fusor_pv(int tile_rows, int64_t j0, int64_t j1, const float* restric
 
 } // namespace
 
-// Query blocks of MR rows per work item: each key block is brought from L3/memory to L2 once
-// for QS blocks (K and V of a long sequence do not fit L2 together).
-constexpr int kQueryBlocks = 4;
+// Query blocks of MR rows per work item, at most: each key block is brought from L3/memory
+// to L2 once for QS blocks (K and V of a long sequence do not fit L2 together). The AMX lane
+// takes 16: its block steps are pipelined within an item, so the first step's scores and the
+// last one's P·V run alone, once per item (same-run A/B against 4 on the development VM:
+// 0.86x the time at S = 512, 0.92-0.96x at S = 2048; 32 and 64 gained no more). Fewer when
+// the items would not keep every thread busy twice over.
+constexpr int kQueryBlocks = 4, kAmxQueryBlocks = 16;
 
 std::string attention_pv_source(const Tuning& tuning) {
   return "#define FUSOR_NB " + std::to_string(tuning.nb) + "\n" + kPv + (tuning.amx ? amx_attention_step_source() : "");
@@ -123,7 +127,10 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   s += "  const int64_t MRP = fusor_cdiv(FUSOR_MR, FUSOR_PVR) * FUSOR_PVR;\n";
   // Output rows of a block: AMX stores whole 32-column tiles.
   s += amx ? "  const int64_t LDO = fusor_cdiv(Dv, 32) * 32;\n" : "  const int64_t LDO = Dv;\n";
-  s += "  enum { QS = " + std::to_string(kQueryBlocks) + " };\n";
+  s += "  enum { QS = " + std::to_string(amx ? kAmxQueryBlocks : kQueryBlocks) + " };\n";
+  s += "  int nthreads = 1;\n#ifdef _OPENMP\n  nthreads = omp_get_max_threads();\n#endif\n";
+  s += "  int64_t qs = fusor_cdiv(M, FUSOR_MR) * nbh / (2 * nthreads);\n";
+  s += "  qs = qs < 1 ? 1 : (qs > QS ? QS : qs);\n";
   s += "  const int64_t nkb = fusor_cdiv(Nk, 32);\n";
   if (amx) {
     s += "  if (!fusor_amx_permit()) return " + std::to_string(codegen::kKernelNoTileState) + ";\n";
@@ -186,11 +193,11 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   // running max/sum, and the scores -> probabilities of one block [MRP][NB] (rows past the
   // micro-kernel's MR stay zero).
   if (amx)
-    s += "    uint16_t* qp = (uint16_t*)fusor_scratch(5, 2 * (size_t)(QS * FUSOR_NSA * Dp * 32));\n"
+    s += "    uint16_t* qp = (uint16_t*)fusor_scratch(5, 2 * (size_t)(qs * FUSOR_NSA * Dp * 32));\n"
          "    unsigned char qfl[QS * FUSOR_MR];\n";
   else
-    s += "    float* qp = (float*)fusor_scratch(5, sizeof(float) * (size_t)(QS * (D > 0 ? D : 1) * FUSOR_MR));\n";
-  s += "    float* ob = (float*)fusor_scratch(6, sizeof(float) * (size_t)(QS * MRP * LDO));\n";
+    s += "    float* qp = (float*)fusor_scratch(5, sizeof(float) * (size_t)(qs * (D > 0 ? D : 1) * FUSOR_MR));\n";
+  s += "    float* ob = (float*)fusor_scratch(6, sizeof(float) * (size_t)(qs * MRP * LDO));\n";
   // (AMX: two of them, each followed by P's bf16 parts: a block step's softmax runs while the
   // tiles compute the next step's scores and the previous step's P·V.)
   s += "    const size_t spn = (size_t)(MRP * NB" + std::string(amx ? " + FUSOR_NSA * NB * 16" : "") + ");\n";
@@ -198,16 +205,16 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   s += "    float mall[QS * FUSOR_MR], lall[QS * FUSOR_MR];\n";
   s += "    if (!qp || !ob || !sp) {\n      #pragma omp atomic write\n      failed = 1;\n    } else {\n";
   s += std::string("      memset(sp, 0, sizeof(float) * spn") + (amx ? " * 2" : "") + ");\n    }\n";
-  s += "    const int64_t nqb = fusor_cdiv(M, QS * FUSOR_MR);\n";
+  s += "    const int64_t nqb = fusor_cdiv(M, qs * FUSOR_MR);\n";
   s += "    #pragma omp for schedule(dynamic, 1)\n";
   s += "    for (int64_t item = 0; item < nbh * nqb; ++item) {\n";
   s += "      if (!qp || !ob || !sp) continue;\n";
   // Causal items grow with their query block: the last blocks of every head go first, so the
   // dynamic schedule ends on small items instead of one thread finishing a large one alone.
-  s += causal ? "      const int64_t bh = item % nbh, q0 = (nqb - 1 - item / nbh) * QS * FUSOR_MR;\n"
-              : "      const int64_t bh = item / nqb, q0 = (item % nqb) * QS * FUSOR_MR;\n";
+  s += causal ? "      const int64_t bh = item % nbh, q0 = (nqb - 1 - item / nbh) * qs * FUSOR_MR;\n"
+              : "      const int64_t bh = item / nqb, q0 = (item % nqb) * qs * FUSOR_MR;\n";
   s += "      const int64_t b = bh / heads, h = bh % heads, kvh = b * kv_heads + h / group;\n";
-  s += "      const int64_t qrows = M - q0 < QS * FUSOR_MR ? M - q0 : QS * FUSOR_MR, nsub = fusor_cdiv(qrows, "
+  s += "      const int64_t qrows = M - q0 < qs * FUSOR_MR ? M - q0 : qs * FUSOR_MR, nsub = fusor_cdiv(qrows, "
        "FUSOR_MR);\n";
   s += "      const " + T + "* restrict qh = Q + bh * M * D;\n";
   if (amx) s += "      const " + T + "* restrict kh = Kt + kvh * Nk * D;\n";
@@ -232,7 +239,7 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
          " : 0.0f;\n";
     s += "        }\n      }\n";
   }
-  s += "      for (int64_t rr = 0; rr < QS * FUSOR_MR; ++rr) { mall[rr] = -INFINITY; lall[rr] = 0.0f; }\n";
+  s += "      for (int64_t rr = 0; rr < qs * FUSOR_MR; ++rr) { mall[rr] = -INFINITY; lall[rr] = 0.0f; }\n";
   s += "      memset(ob, 0, sizeof(float) * (size_t)(nsub * MRP * LDO));\n";
   s += "      const float* restrict vh = vall + kvh * Nk * Dv;\n";
   if (amx) {

@@ -189,6 +189,31 @@ TEST(X86Amx, NaNAndInfinitiesAsF32) {
   }
 }
 
+// GEMM packs B's next four panels between the tile products of the current ones (overlap=1,
+// the default) or before them (overlap=0): the same bits either way, with several panel
+// blocks per item and K block, ragged N, and special values in a later panel block (their
+// columns are flagged by the overlapped packing).
+TEST(X86Amx, GemmOverlapChangesOnlyTheOrder) {
+  REQUIRE_AMX();
+  for (const char* text : {"fused { epilogue = [bias, gelu]; residual = true }", "gated { gate_act = silu }"}) {
+    const Region region = region_of(text);
+    for (const auto& knobs : {std::map<std::string, std::string>{}, kSmallBlocks}) {
+      auto operands = make_operands(region, gemm(45, 300, 70), 51, 0.5);
+      operands[1].data[33 * 300 + 290] = INFINITY; // a column of the third panel block
+      operands[1].data[60 * 300 + 170] = NAN;
+      expect_matches_reference(region, operands, knobs);
+      auto overlap_off = knobs;
+      overlap_off["overlap"] = "0";
+      auto a = run_amx(region, operands, knobs);
+      auto b = run_amx(region, operands, overlap_off);
+      ASSERT_TRUE(a.ok() && b.ok());
+      ASSERT_EQ(a->output.data.size(), b->output.data.size());
+      EXPECT_EQ(0, std::memcmp(a->output.data.data(), b->output.data.data(), a->output.data.size() * sizeof(float)))
+          << text;
+    }
+  }
+}
+
 TEST(X86Amx, AttentionOracleAndShapes) {
   REQUIRE_AMX();
   for (const char* text :

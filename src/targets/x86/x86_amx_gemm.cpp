@@ -73,9 +73,10 @@ std::string tile_load(int reg, int part, const std::string& at) {
 // not renamed), so loads overlap the other products instead of waiting for all four. The dps
 // are ordered to free first the registers the next product replaces. The last product's
 // loads are the next k step's first (`next`, while k + 32 < kc).
-std::string k_step_products(const std::vector<Product>& ps) {
+std::string k_step_products(const std::vector<Product>& ps, const std::string& hook = "") {
   std::string s;
   for (size_t i = 0; i < ps.size(); ++i) {
+    if (i > 0) s += hook;
     const bool wrap = i + 1 == ps.size();
     const Product& nx = wrap ? ps[0] : ps[i + 1];
     const bool new_a = wrap || nx.a != ps[i].a, new_b = wrap || nx.b != ps[i].b;
@@ -288,10 +289,10 @@ static inline void fusor_store_parts(float x, uint16_t* p, int64_t stride, int n
   return s;
 }
 
-std::string amx_tile_queue_source(int nsa, int nsb, bool exact) {
+std::string amx_product_source(int nsa, int nsb, bool exact) {
   // The micro-kernel's products one at a time (a product's four tile products, after loading
   // the parts it does not share with the previous product), with C left in tmm0-3 between
-  // them, and the queue that runs them.
+  // them, so that vector work can run between the products.
   const std::vector<Product> ps = ordered_products(nsa, nsb, exact);
   std::string s = "#define FUSOR_NPROD " + std::to_string(ps.size()) + "\n";
   s += "static inline __attribute__((always_inline)) void fusor_amx_product(int p, const uint16_t* restrict a, "
@@ -308,7 +309,62 @@ std::string amx_tile_queue_source(int nsa, int nsb, bool exact) {
     s += "    break;\n";
   }
   s += "  }\n}\n\n";
-  return s + kTileQueue;
+  return s;
+}
+
+std::string amx_tile_queue_source() { return kTileQueue; }
+
+std::string amx_packing_ukr_source(int nsa, int nsb, bool exact) {
+  const std::vector<Product> ps = ordered_products(nsa, nsb, exact);
+  // f32 B ([K, N], not transposed) packed one unit at a time: rows k and k + 1 of one
+  // 16-column half of one panel, in the order of amx_pack_b's fast path.
+  std::string s = R"(typedef struct {
+  const float* b;
+  const float* b2; /* a gated region's second weight (panels of 16 | 16 columns), else NULL */
+  uint16_t* bp;
+  uint16_t* cf;
+  int64_t n, pc, kc, kcp, pb, pn, k, pp;
+  int h;
+} fusor_bpack;
+static inline __attribute__((always_inline)) void fusor_bpack_unit(fusor_bpack* u) {
+  if (u->k >= u->kcp) return;
+  const int64_t k = u->k, pp = u->pp, cw = u->b2 ? 16 : 32;
+  const int h = u->h;
+  const int64_t c0 = (u->pb + pp) * cw, w = u->n - c0 < cw ? u->n - c0 : cw;
+  const float* src = u->b2 && h ? u->b2 : u->b;
+  const int64_t j0 = u->b2 ? c0 : c0 + h * 16, left = u->b2 ? w : w - h * 16;
+  const __mmask16 cm = fusor_mask16(left);
+  /* Rows 16 ahead toward L1: spread between tile products, the prefetcher's streams lag. */
+  _mm_prefetch((const char*)(src + (u->pc + k + 16) * u->n + j0), _MM_HINT_T0);
+  _mm_prefetch((const char*)(src + (u->pc + k + 17) * u->n + j0), _MM_HINT_T0);
+  const __m512 x0 = _mm512_maskz_loadu_ps(k < u->kc ? cm : 0, src + (u->pc + k) * u->n + j0);
+  const __m512 x1 = _mm512_maskz_loadu_ps(k + 1 < u->kc ? cm : 0, src + (u->pc + k + 1) * u->n + j0);
+  uint16_t* dk = u->bp + pp * FUSOR_NSB * u->kcp * 32 + k * 32 + h * 32;
+  u->cf[pp * 2 + h] |= fusor_store_pairs(x0, x1, dk, u->kcp * 32, FUSOR_NSB);
+  if (++u->h == 2) {
+    u->h = 0;
+    if (++u->pp == u->pn) u->pp = 0, u->k += 2;
+  }
+}
+static void fusor_bpack_all(fusor_bpack* u) {
+  while (u->k < u->kcp) fusor_bpack_unit(u);
+}
+)";
+  // fusor_amx_ukr's contract, packing one unit of u after each product; the pipelined
+  // micro-kernel once nothing is left to pack.
+  s += "static void fusor_amx_ukr_packing(int64_t kc, const uint16_t* restrict a, int64_t pa, "
+       "const uint16_t* restrict b, int64_t pb, fusor_bpack* u, float* c, int64_t ldc, const float* cin, "
+       "int64_t ldin) {\n";
+  s += "  if (u->k >= u->kcp) {\n    fusor_amx_ukr(kc, a, pa, b, pb, c, ldc, cin, ldin);\n    return;\n  }\n";
+  s += "  fusor_amx_c_begin(cin, ldin);\n";
+  s += "  " + tile_load(4, ps[0].a, "0") + "\n  " + tile_load(5, ps[0].a, "0") + "\n";
+  s += "  " + tile_load(6, ps[0].b, "0") + "\n  " + tile_load(7, ps[0].b, "0") + "\n";
+  s += "  for (int64_t k = 0; k < kc; k += 32) {\n";
+  s += "    const int64_t at = k * 32, next = at + 1024;\n";
+  s += k_step_products(ps, "    fusor_bpack_unit(u);\n");
+  s += "    fusor_bpack_unit(u);\n  }\n";
+  s += "  fusor_amx_c_end(c, ldc);\n}\n\n";
+  return s;
 }
 
 std::string amx_pack_row_chunk(const AmxRowChunk& c, const StorageLoad& ld, const std::string& indent) {

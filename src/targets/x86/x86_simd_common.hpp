@@ -27,8 +27,9 @@ struct Tuning {
   bool amx = false;
   int amx_parts_a = 3, amx_parts_b = 3;
   int exact = 0; // x86_amx: 1 computes all nine bf16 part products (x86_amx_gemm.cpp)
-  // x86_amx attention: 0 runs a block step's tile work after its softmax instead of between
-  // its chunks (x86_amx_attention.cpp), to measure what the overlap gains.
+  // x86_amx: 0 runs vector work after the tile products instead of between them (attention's
+  // softmax, x86_amx_attention.cpp; GEMM's packing of B's next panels), to measure what the
+  // overlap gains.
   int overlap = 1;
 };
 
@@ -91,9 +92,13 @@ struct AmxRowChunk {
 };
 std::string amx_pack_row_chunk(const AmxRowChunk& chunk, const StorageLoad& ld, const std::string& indent);
 std::string amx_source(int nsa, int nsb, bool exact);
-// The micro-kernel's part products one at a time and a queue of tile jobs that runs them a
-// product per `fusor_tiles_product` (attention places its softmax between them).
-std::string amx_tile_queue_source(int nsa, int nsb, bool exact);
+// The micro-kernel's part products one at a time (fusor_amx_product); a queue of tile jobs
+// that runs them a product per `fusor_tiles_product` (attention places its softmax between
+// them); and `fusor_amx_ukr_packing`, the micro-kernel packing B's next panels between its
+// products (GEMM-rooted kinds with f32 B not transposed).
+std::string amx_product_source(int nsa, int nsb, bool exact);
+std::string amx_tile_queue_source();
+std::string amx_packing_ukr_source(int nsa, int nsb, bool exact);
 std::string amx_pack_a(const GemmPlan& plan, const StorageLoad& ld, const std::string& indent);
 std::string amx_pack_b(const GemmPlan& plan, const StorageLoad& ld, const std::string& indent);
 // Packing flags the rows of A (rf[row - i0]) and the columns of B (cf[(panel - p_lo) * 2 +

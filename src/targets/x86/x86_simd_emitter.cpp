@@ -201,10 +201,10 @@ Expected<KernelSource> emit_lane(const Region& region, const EmitOptions& option
   head += "#define FUSOR_SERIAL_BELOW " + std::to_string(tuning.serial) + ".0\n";
   if (tuning.amx)
     head += simd::amx_source(tuning.amx_parts_a, tuning.amx_parts_b, tuning.exact != 0) +
+            simd::amx_product_source(tuning.amx_parts_a, tuning.amx_parts_b, tuning.exact != 0) +
             (kind == RegionKind::attention
-                 ? simd::transpose16_source() +
-                       simd::amx_tile_queue_source(tuning.amx_parts_a, tuning.amx_parts_b, tuning.exact != 0)
-                 : "");
+                 ? simd::transpose16_source() + simd::amx_tile_queue_source()
+                 : simd::amx_packing_ukr_source(tuning.amx_parts_a, tuning.amx_parts_b, tuning.exact != 0));
   else if (gemm_kind || kind == RegionKind::attention)
     head += simd::micro_kernel_source(tuning.mr);
   if (gemm_kind || kind == RegionKind::attention || kind == RegionKind::pointwise)

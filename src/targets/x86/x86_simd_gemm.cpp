@@ -210,6 +210,8 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
     s += "  const " + T + "* restrict res = (const " + T + "*)operands[" + std::to_string(next++) + "];\n";
   s += "  if (M == 0 || N == 0) return 0;\n";
   const bool amx = tuning.amx;
+  // AMX with f32 B [K, N]: B's next panels are packed between the tile products.
+  const bool overlap = amx && tuning.overlap != 0 && T == "float" && !plan.b_trans;
   if (amx) s += "  if (!fusor_amx_permit()) return " + std::to_string(codegen::kKernelNoTileState) + ";\n";
   // K blocks of at most `kc`, evenly sized: fewer blocks mean fewer partial-sum round trips
   // through `out`, and a micro-panel streamed from L2 costs the micro-kernel little.
@@ -252,8 +254,10 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
   if (amx) {
     s += "    const int64_t kcap32 = fusor_cdiv(kcap, 32) * 32;\n";
     s += "    uint16_t* restrict ap = (uint16_t*)fusor_scratch(1, 2 * FUSOR_NSA * (size_t)mc * (size_t)kcap32);\n";
-    s +=
-        "    uint16_t* restrict bp = (uint16_t*)fusor_scratch(2, 2 * FUSOR_NSB * (size_t)NBP * (size_t)kcap32 * 32);\n";
+    // (Two blocks when B's next panels are packed between the tile products of this block's.)
+    s += "    const size_t bpn = FUSOR_NSB * (size_t)NBP * (size_t)kcap32 * 32;\n";
+    s += std::string("    uint16_t* restrict bp = (uint16_t*)fusor_scratch(2, 2 * bpn") + (overlap ? " * 2" : "") +
+         ");\n";
     s += "    unsigned char* restrict rf = (unsigned char*)fusor_scratch(3, (size_t)mc);\n";
     s += "    uint16_t* restrict cf = (uint16_t*)fusor_scratch(4, 4 * (size_t)ppc);\n";
     s += "    if (!rf || !cf) {\n      #pragma omp atomic write\n      failed = 1;\n    }\n";
@@ -283,10 +287,24 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
     s += pack_a(plan, ld);
   s += "        for (int64_t pb = p_lo; pb < p_hi; pb += NBP) {\n";
   s += "          const int64_t pn = p_hi - pb < NBP ? p_hi - pb : NBP;\n";
-  if (amx)
+  if (overlap) {
+    // B's panel blocks alternate between two buffers: the first block of a K block is packed
+    // alone, each next one between the tile products of the one before.
+    const std::string b2 = gated ? "B2" : "NULL";
+    s += "          uint16_t* restrict bcur = bp + (((pb - p_lo) / NBP) & 1) * bpn;\n";
+    s += "          if (pb == p_lo) {\n";
+    s += "            fusor_bpack u = {B, " + b2 + ", bcur, cf, N, pc, kc, kcp, pb, pn, 0, 0, 0};\n";
+    s += "            fusor_bpack_all(&u);\n          }\n";
+    s += "          const int64_t pb2 = pb + NBP, pn2 = p_hi - pb2 < NBP ? p_hi - pb2 : NBP;\n";
+    s += "          fusor_bpack nx = {B, " + b2 +
+         ", bp + (((pb2 - p_lo) / NBP) & 1) * bpn, cf + (pb2 - p_lo) * 2, N, pc, kc, kcp, pb2, pn2, "
+         "pb2 < p_hi ? 0 : kcp, 0, 0};\n";
+  } else if (amx) {
+    s += "          uint16_t* restrict bcur = bp;\n";
     s += amx_pack_b(plan, ld, "          ");
-  else
+  } else {
     s += pack_b(plan, ld);
+  }
   // ---- every packed panel x A panel: the micro-kernel, then the merge or the epilogue.
   s += "          for (int64_t p = pb; p < pb + pn; ++p)\n            for (int64_t q = 0; q < nq; ++q) {\n";
   s += "              const int64_t r0 = i0 + q * FUSOR_MR, c0 = p * " + CW + ";\n";
@@ -299,10 +317,12 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
          "              const int64_t lacc = np * 32, accw = 32;\n";
   else
     s += "              float* acc = out + r0 * N + c0;\n              const int64_t lacc = N, accw = cols;\n";
-  const std::string ukr = amx ? "fusor_amx_ukr(kcp, ain, kcp * 32, bin, kcp * 32, " : "fusor_ukr(kc, ain, bin, ";
+  const std::string ukr = overlap ? "fusor_amx_ukr_packing(kcp, ain, kcp * 32, bin, kcp * 32, &nx, "
+                          : amx   ? "fusor_amx_ukr(kcp, ain, kcp * 32, bin, kcp * 32, "
+                                  : "fusor_ukr(kc, ain, bin, ";
   if (amx)
     s += "              const uint16_t* ain = ap + q * FUSOR_NSA * kcp * 32;\n"
-         "              const uint16_t* bin = bp + (p - pb) * FUSOR_NSB * kcp * 32;\n";
+         "              const uint16_t* bin = bcur + (p - pb) * FUSOR_NSB * kcp * 32;\n";
   else
     s += "              const float* ain = ap + q * kc * FUSOR_MR;\n"
          "              const float* bin = bp + (p - pb) * kc * 32;\n";
@@ -354,6 +374,7 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
   }
   s += vector_epilogue ? "                  _mm512_mask_storeu_ps(o + j, m, v);\n" : "                  o[j] = v;\n";
   s += "                }\n              }\n            }\n";
+  if (overlap) s += "          fusor_bpack_all(&nx);\n";
   s += "        }\n      }\n";
   if (plan.reduction) {
     // The block's rows are final after its last K block when all panels are this item's.

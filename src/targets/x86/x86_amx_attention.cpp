@@ -121,7 +121,7 @@ std::string amx_attention_split_row(const std::string& hook) {
   c.dst = "pp + k0 * 32 + rr * 32";
   c.part_stride = "nbkp * 32";
   c.parts = "FUSOR_NSA";
-  c.flag = "pbad";
+  c.finite_or_nan = true;
   s += amx_pack_row_chunk(c, StorageLoad{"float", "", ""}, "            ");
   s += "          }\n";
   return s;
@@ -208,8 +208,6 @@ std::string amx_attention_steps(const AttentionRegion& r, const StorageLoad& ld,
   s += "        const int64_t chunks = rows * (nbk / 32) + FUSOR_MR * (nbkp / 32), prods = " +
        std::string(overlap ? "fusor_tiles_products(&tq)" : "0") + ";\n";
   s += "        int64_t tick = 0;\n";
-  s += "        int pbad = 0; /* probabilities are finite or NaN; a NaN stays one */\n";
-  s += "        (void)pbad;\n";
   s += rows_loop;
   // Heads whose V is not all finite keep the zmm P·V, whose masked keys never touch V.
   s += "        if (!vfin) {\n" + zmm_pv + "        }\n";

@@ -231,6 +231,18 @@ static inline __mmask16 fusor_split16(__m512 x, __m512i* h, __m512i* m, __m512i*
   return special;
 }
 
+/* fusor_split16 for values that are finite or NaN: a NaN's three parts are NaN (its quiet
+   bit is in the top half, and NaN - NaN is NaN), so nothing needs handling apart. */
+static inline void fusor_split16_fn(__m512 x, __m512i* h, __m512i* m, __m512i* l) {
+  const __m512i top = _mm512_set1_epi32((int)0xFFFF0000u);
+  const __m512i hb = _mm512_and_si512(_mm512_castps_si512(x), top);
+  const __m512 r = _mm512_sub_ps(x, _mm512_castsi512_ps(hb));
+  const __m512i mb = _mm512_and_si512(_mm512_castps_si512(r), top);
+  *h = hb;
+  *m = mb;
+  *l = _mm512_castps_si512(_mm512_sub_ps(r, _mm512_castsi512_ps(mb))); /* 8 bits: exact in bf16 */
+}
+
 /* Lanes [0, n) of 16 (n may be <= 0 or >= 16). */
 static inline __mmask16 fusor_mask16(int64_t n) {
   return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1u);
@@ -386,7 +398,8 @@ std::string amx_pack_row_chunk(const AmxRowChunk& c, const StorageLoad& ld, cons
       s += codegen::render_unary_chain(v16, c.prologue, "v", "", I + "  ");
       s += I + "  v = _mm512_maskz_mov_ps(km, v);\n";
     }
-    s += I + "  if (fusor_split16(v, &p[h][0], &p[h][1], &p[h][2])) " + c.flag + " = 1;\n";
+    s += c.finite_or_nan ? I + "  fusor_split16_fn(v, &p[h][0], &p[h][1], &p[h][2]);\n"
+                         : I + "  if (fusor_split16(v, &p[h][0], &p[h][1], &p[h][2])) " + c.flag + " = 1;\n";
     s += I + "}\n";
     s += I + "for (int s = 0; s < " + c.parts + "; ++s)\n";
     s += I + "  _mm512_storeu_si512(" + c.dst + " + s * " + c.part_stride +
@@ -398,7 +411,7 @@ std::string amx_pack_row_chunk(const AmxRowChunk& c, const StorageLoad& ld, cons
     s += I + "    v = " + ld.load(c.source, c.element) + ";\n";
     s += codegen::render_unary_chain(codegen::c99_simd_dialect(), c.prologue, "v", "", I + "    ");
     s += I + "  }\n";
-    s += I + "  if (!isfinite(v)) " + c.flag + " = 1;\n";
+    if (!c.finite_or_nan) s += I + "  if (!isfinite(v)) " + c.flag + " = 1;\n";
     s += I + "  fusor_store_parts(v, " + c.dst + " + t, " + c.part_stride + ", " + c.parts + ");\n";
     s += I + "}\n";
   }

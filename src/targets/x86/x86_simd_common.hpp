@@ -89,6 +89,9 @@ int amx_parts(DType storage, bool has_prologue);
 struct AmxRowChunk {
   std::string source, element, contiguous, valid, dst, part_stride, parts, flag;
   std::vector<Op> prologue;
+  // The values are finite or NaN (attention's probabilities): no infinity to flag (`flag`
+  // is unused), and a NaN's parts are NaN, so the split skips the special-value handling.
+  bool finite_or_nan = false;
 };
 std::string amx_pack_row_chunk(const AmxRowChunk& chunk, const StorageLoad& ld, const std::string& indent);
 std::string amx_source(int nsa, int nsb, bool exact);

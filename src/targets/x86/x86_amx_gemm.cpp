@@ -68,15 +68,16 @@ std::string tile_load(int reg, int part, const std::string& at) {
   }
 }
 
-// One 32-k step's tile products, software-pipelined: a tile is loaded for the next product
-// as soon as the current one has issued its last product reading that register (tiles are
-// not renamed), so loads overlap the other products instead of waiting for all four. The dps
-// are ordered to free first the registers the next product replaces. The last product's
-// loads are the next k step's first (`next`, while k + 32 < kc).
-std::string k_step_products(const std::vector<Product>& ps, const std::string& hook = "") {
-  std::string s;
+// One 32-k step's tile products, software-pipelined, one string per part product: a tile is
+// loaded for the next product as soon as the current one has issued its last product
+// reading that register (tiles are not renamed), so loads overlap the other products
+// instead of waiting for all four. The dps are ordered to free first the registers the next
+// product replaces. The last product's loads are the next k step's first (at `next`, when
+// `more` holds).
+std::vector<std::string> k_step_products(const std::vector<Product>& ps, const std::string& more) {
+  std::vector<std::string> out;
   for (size_t i = 0; i < ps.size(); ++i) {
-    if (i > 0) s += hook;
+    std::string s;
     const bool wrap = i + 1 == ps.size();
     const Product& nx = wrap ? ps[0] : ps[i + 1];
     const bool new_a = wrap || nx.a != ps[i].a, new_b = wrap || nx.b != ps[i].b;
@@ -93,10 +94,23 @@ std::string k_step_products(const std::vector<Product>& ps, const std::string& h
           if (order[u][1] == reg || order[u][2] == reg) last = u;
         if (!replaced || last != j) continue;
         const std::string l = tile_load(reg, reg < 6 ? nx.a : nx.b, wrap ? "next" : "at");
-        s += wrap ? "    if (k + 32 < kc) " + l + "\n" : "    " + l + "\n";
+        s += wrap ? "    if (" + more + ") " + l + "\n" : "    " + l + "\n";
       }
     }
+    out.push_back(s);
   }
+  return out;
+}
+
+// The loads of the first product of a k step at `at`.
+std::string first_loads(const std::vector<Product>& ps, const std::string& indent) {
+  return indent + tile_load(4, ps[0].a, "0") + "\n" + indent + tile_load(5, ps[0].a, "0") + "\n" + indent +
+         tile_load(6, ps[0].b, "0") + "\n" + indent + tile_load(7, ps[0].b, "0") + "\n";
+}
+
+std::string joined(const std::vector<std::string>& parts, const std::string& between = "") {
+  std::string s;
+  for (size_t i = 0; i < parts.size(); ++i) s += (i ? between : "") + parts[i];
   return s;
 }
 
@@ -154,8 +168,12 @@ static inline __attribute__((always_inline)) void fusor_tiles_product(fusor_tile
   if (q->j >= q->nj) return;
   const fusor_tile_job* jb = &q->job[q->j];
   float* c = jb->c + q->blk * jb->cblk;
-  if (q->k == 0 && q->p == 0) fusor_amx_c_begin(jb->cin ? c : NULL, jb->ldc);
-  fusor_amx_product(q->p, jb->a + q->k * 32, jb->pa, jb->b + q->blk * jb->bblk + q->k * 32, jb->pb);
+  const uint16_t* b = jb->b + q->blk * jb->bblk;
+  if (q->k == 0 && q->p == 0) {
+    fusor_amx_c_begin(jb->cin ? c : NULL, jb->ldc);
+    fusor_amx_first_loads(jb->a, jb->pa, b, jb->pb);
+  }
+  fusor_amx_product(q->p, jb->a + q->k * 32, jb->pa, b + q->k * 32, jb->pb, q->k + 32 < jb->kc);
   if (++q->p < FUSOR_NPROD) return;
   q->p = 0, q->k += 32;
   if (q->k >= jb->kc) {
@@ -291,35 +309,31 @@ static inline void fusor_store_parts(float x, uint16_t* p, int64_t stride, int n
        "int64_t pb, float* c, "
        "int64_t ldc, const float* cin, int64_t ldin) {\n";
   s += "  fusor_amx_c_begin(cin, ldin);\n";
-  s += "  " + tile_load(4, ps[0].a, "0") + "\n  " + tile_load(5, ps[0].a, "0") + "\n";
-  s += "  " + tile_load(6, ps[0].b, "0") + "\n  " + tile_load(7, ps[0].b, "0") + "\n";
+  s += first_loads(ps, "  ");
   s += "  for (int64_t k = 0; k < kc; k += 32) {\n";
   s += "    const int64_t at = k * 32, next = at + 1024;\n"; // a k step of a part: 32 x 32
-  s += k_step_products(ps);
+  s += joined(k_step_products(ps, "k + 32 < kc"));
   s += "  }\n";
   s += "  fusor_amx_c_end(c, ldc);\n}\n\n";
   return s;
 }
 
 std::string amx_product_source(int nsa, int nsb, bool exact) {
-  // The micro-kernel's products one at a time (a product's four tile products, after loading
-  // the parts it does not share with the previous product), with C left in tmm0-3 between
-  // them, so that vector work can run between the products.
+  // The micro-kernel's products one at a time, C left in tmm0-3 between them so that vector
+  // work can run between the products: product p of the k step at a, b (its tiles loaded)
+  // loads the next product's as the micro-kernel does; the last, the next k step's first
+  // (at a + 1024, b + 1024) when `more`.
   const std::vector<Product> ps = ordered_products(nsa, nsb, exact);
   std::string s = "#define FUSOR_NPROD " + std::to_string(ps.size()) + "\n";
+  s += "static inline __attribute__((always_inline)) void fusor_amx_first_loads(const uint16_t* restrict a, "
+       "int64_t pa, const uint16_t* restrict b, int64_t pb) {\n" +
+       first_loads(ps, "  ") + "}\n";
   s += "static inline __attribute__((always_inline)) void fusor_amx_product(int p, const uint16_t* restrict a, "
-       "int64_t pa, const uint16_t* restrict b, int64_t pb) {\n";
-  s += "  switch (p) {\n";
-  for (size_t i = 0; i < ps.size(); ++i) {
-    s += "  case " + std::to_string(i) + ":\n";
-    if (i == 0 || ps[i].a != ps[i - 1].a)
-      s += "    " + tile_load(4, ps[i].a, "0") + "\n    " + tile_load(5, ps[i].a, "0") + "\n";
-    if (i == 0 || ps[i].b != ps[i - 1].b)
-      s += "    " + tile_load(6, ps[i].b, "0") + "\n    " + tile_load(7, ps[i].b, "0") + "\n";
-    for (const char* dp : {"0, 4, 6", "1, 4, 7", "2, 5, 6", "3, 5, 7"})
-      s += "    _tile_dpbf16ps(" + std::string(dp) + ");\n";
-    s += "    break;\n";
-  }
+       "int64_t pa, const uint16_t* restrict b, int64_t pb, int more) {\n";
+  s += "  const int64_t at = 0, next = 1024;\n  switch (p) {\n";
+  const std::vector<std::string> products = k_step_products(ps, "more");
+  for (size_t i = 0; i < products.size(); ++i)
+    s += "  case " + std::to_string(i) + ":\n" + products[i] + "    break;\n";
   s += "  }\n}\n\n";
   return s;
 }
@@ -369,11 +383,10 @@ static void fusor_bpack_all(fusor_bpack* u) {
        "int64_t ldin) {\n";
   s += "  if (u->k >= u->kcp) {\n    fusor_amx_ukr(kc, a, pa, b, pb, c, ldc, cin, ldin);\n    return;\n  }\n";
   s += "  fusor_amx_c_begin(cin, ldin);\n";
-  s += "  " + tile_load(4, ps[0].a, "0") + "\n  " + tile_load(5, ps[0].a, "0") + "\n";
-  s += "  " + tile_load(6, ps[0].b, "0") + "\n  " + tile_load(7, ps[0].b, "0") + "\n";
+  s += first_loads(ps, "  ");
   s += "  for (int64_t k = 0; k < kc; k += 32) {\n";
   s += "    const int64_t at = k * 32, next = at + 1024;\n";
-  s += k_step_products(ps, "    fusor_bpack_unit(u);\n");
+  s += joined(k_step_products(ps, "k + 32 < kc"), "    fusor_bpack_unit(u);\n");
   s += "    fusor_bpack_unit(u);\n  }\n";
   s += "  fusor_amx_c_end(c, ldc);\n}\n\n";
   return s;

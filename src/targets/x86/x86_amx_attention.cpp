@@ -184,11 +184,7 @@ std::string amx_attention_steps(const AttentionRegion& r, const StorageLoad& ld,
   s += "      fusor_tiles tq;\n";
   s += "      int par = 0, have_prv = 0;\n";
   s += "      int64_t t = fusor_att_next(-1, nsteps, nsub, q0, M, Nk, NB, causal, &cur);\n";
-  s += "      if (t < nsteps) {\n";
-  s += "        fusor_tiles_reset(&tq);\n";
-  s += "        fusor_tiles_add(&tq, " + scores_job("cur", "spb[0]") + ");\n";
-  s += "        fusor_tiles_drain(&tq);\n";
-  s += "      }\n";
+  s += "      if (t < nsteps) fusor_tiles_run(&tq, " + scores_job("cur", "spb[0]") + ");\n";
   s += "      while (t < nsteps) {\n";
   s += "        const int64_t tn = fusor_att_next(t, nsteps, nsub, q0, M, Nk, NB, causal, &nxt);\n";
   s += "        fusor_tiles_reset(&tq);\n";
@@ -215,11 +211,7 @@ std::string amx_attention_steps(const AttentionRegion& r, const StorageLoad& ld,
   s += "        fusor_tiles_drain(&tq);\n";
   s += "        have_prv = vfin, prv = cur, cur = nxt, par ^= 1, t = tn;\n";
   s += "      }\n";
-  s += "      if (have_prv) {\n";
-  s += "        fusor_tiles_reset(&tq);\n";
-  s += "        fusor_tiles_add(&tq, " + pv_job("prv", "ppb[par ^ 1]") + ");\n";
-  s += "        fusor_tiles_drain(&tq);\n";
-  s += "      }\n";
+  s += "      if (have_prv) fusor_tiles_run(&tq, " + pv_job("prv", "ppb[par ^ 1]") + ");\n";
   return s;
 }
 

@@ -193,6 +193,12 @@ static void fusor_tiles_drain(fusor_tiles* q) {
     }
   }
 }
+/* One job, now. */
+static void fusor_tiles_run(fusor_tiles* q, fusor_tile_job jb) {
+  fusor_tiles_reset(q);
+  fusor_tiles_add(q, jb);
+  fusor_tiles_drain(q);
+}
 )";
 
 } // namespace

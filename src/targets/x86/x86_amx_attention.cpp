@@ -109,9 +109,10 @@ static inline int64_t fusor_att_next(int64_t t, int64_t nsteps, int64_t nsub, in
 }
 
 std::string amx_attention_split_row(const std::string& hook) {
-  // Row rr's probabilities (0 past its keys) as bf16 parts [part][key / 32][row][32].
+  // Row rr's probabilities (0 past its keys) from chunk sfrom on as bf16 parts
+  // [part][key / 32][row][32].
   std::string s;
-  s += "          for (int64_t k0 = 0; k0 < nbkp; k0 += 32) {\n";
+  s += "          for (int64_t k0 = sfrom; k0 < nbkp; k0 += 32) {\n";
   s += hook;
   AmxRowChunk c;
   c.source = "sp";
@@ -125,6 +126,18 @@ std::string amx_attention_split_row(const std::string& hook) {
   s += amx_pack_row_chunk(c, StorageLoad{"float", "", ""}, "            ");
   s += "          }\n";
   return s;
+}
+
+std::string amx_attention_split_chunk() {
+  // The exp pass's whole chunk at j (e0, e1) as parts, as amx_attention_split_row stores them.
+  return "            {\n"
+         "              __m512i q0[3], q1[3];\n"
+         "              fusor_split16_fn(e0, &q0[0], &q0[1], &q0[2]);\n"
+         "              fusor_split16_fn(e1, &q1[0], &q1[1], &q1[2]);\n"
+         "              for (int s = 0; s < FUSOR_NSA; ++s)\n"
+         "                _mm512_storeu_si512(pp + j * 32 + rr * 32 + s * nbkp * 32, "
+         "(__m512i)_mm512_cvtne2ps_pbh(_mm512_castsi512_ps(q1[s]), _mm512_castsi512_ps(q0[s])));\n"
+         "            }\n";
 }
 
 namespace {
@@ -200,8 +213,9 @@ std::string amx_attention_steps(const AttentionRegion& r, const StorageLoad& ld,
   s += "        uint16_t* restrict pp = ppb[par];\n";
   s += step_rows;
   s += score_fixup(r, ld);
-  // The tile queue's products spread evenly over the 32-key chunks of the exp pass and the split.
-  s += "        const int64_t chunks = rows * (nbk / 32) + FUSOR_MR * (nbkp / 32), prods = " +
+  // The tile queue's products spread evenly over the 32-key chunks of the rows (each chunk
+  // passes through the exp pass or the split loop).
+  s += "        const int64_t chunks = FUSOR_MR * (nbkp / 32), prods = " +
        std::string(overlap ? "fusor_tiles_products(&tq)" : "0") + ";\n";
   s += "        int64_t tick = 0;\n";
   s += rows_loop;

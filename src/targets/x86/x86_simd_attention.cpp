@@ -265,7 +265,7 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
     t += "          }\n          if (j < np) {\n" + key_masks + step(true) + "          }\n";
     return t;
   };
-  const auto softmax_row = [&](const std::string& hook) {
+  const auto softmax_row = [&](const std::string& hook, const std::string& chunk_tail) {
     std::string t;
     t += "          const int64_t np = fusor_cdiv(lim, 32) * 32;\n";
     t += "          float* restrict srow = sp + rr * NB;\n";
@@ -316,7 +316,7 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
            }
            u += "            _mm512_storeu_ps(srow + j, e0);\n            _mm512_storeu_ps(srow + j + 16, e1);\n";
            u += "            ls0 = _mm512_add_ps(ls0, e0);\n            ls1 = _mm512_add_ps(ls1, e1);\n";
-           return masked ? u : u + hook;
+           return masked ? u : u + chunk_tail + hook;
          }) +
          "          }\n";
     t += "          const float ls = _mm512_reduce_add_ps(_mm512_add_ps(ls0, ls1));\n";
@@ -352,15 +352,19 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
                                 "        float* restrict mrow = mall + sb * FUSOR_MR;\n"
                                 "        float* restrict lrow = lall + sb * FUSOR_MR;\n";
   if (amx) {
-    // Every row of the 32-row block is split into parts for P·V (rows past M, and causal
-    // rows that see no key of the block, as zeros); the tile queue advances between chunks.
+    // Every row of the 32-row block is split into parts for P·V: the exp pass splits its
+    // whole chunks while they are in registers, the split loop the rest (the ragged chunk,
+    // the zeros past it, rows past M, causal rows that see no key of the block). The tile
+    // queue advances between chunks.
     std::string rows_loop = "        for (int64_t rr = 0; rr < FUSOR_MR; ++rr) {\n";
+    rows_loop += "         int64_t sfrom = 0; /* the chunks the exp pass split */\n";
     rows_loop += "         if (rr < rows) {\n" + row_limit;
     rows_loop += "          if (lim <= 0) { /* causal: no key of this block is visible yet */\n"
                  "            memset(sp + rr * NB, 0, sizeof(float) * (size_t)nbkp);\n          } else {\n";
     const std::string hook =
         "            for (tick += prods; tick >= chunks; tick -= chunks) fusor_tiles_product(&tq);\n";
-    rows_loop += softmax_row(hook);
+    rows_loop += softmax_row(hook, amx_attention_split_chunk());
+    rows_loop += "            sfrom = (lim / 32) * 32;\n";
     rows_loop += "          }\n         }\n";
     rows_loop += amx_attention_split_row(hook);
     rows_loop += "        }\n";
@@ -379,7 +383,7 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
          "NULL, 0);\n";
     s += "        for (int64_t rr = 0; rr < rows; ++rr) {\n" + row_limit;
     s += "          if (lim <= 0) continue; /* causal: no key of this block is visible yet */\n";
-    s += softmax_row("") + "        }\n";
+    s += softmax_row("", "") + "        }\n";
     s += pv;
     s += "      }\n";
   }

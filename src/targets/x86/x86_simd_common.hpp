@@ -116,13 +116,15 @@ std::string attention_body(const AttentionRegion& region, const StorageLoad& ld,
 // packing K (per KV head and 32-key panel), packing a 32-row query block, packing V of every
 // KV head (when no element is NaN or infinite, vfl[head panel] = 0); the helpers of the
 // pipelined block steps (fusor_att_step, fusor_att_next), splitting row rr of a block's
-// probabilities into parts, and the item's block steps around `rows_loop` (the softmax rows,
+// probabilities into parts from chunk sfrom on (and the exp pass's whole chunk e0, e1 at
+// j), and the item's block steps around `rows_loop` (the softmax rows,
 // which advance the tile queue tq) and `zmm_pv` (P·V of heads whose V is not all finite).
 std::string amx_attention_pack_k(const AttentionRegion& r, const StorageLoad& ld);
 std::string amx_attention_pack_q(const AttentionRegion& r, const StorageLoad& ld);
 std::string amx_attention_pack_v();
 std::string amx_attention_step_source();
 std::string amx_attention_split_row(const std::string& hook);
+std::string amx_attention_split_chunk();
 std::string amx_attention_steps(const AttentionRegion& r, const StorageLoad& ld, bool overlap,
                                 const std::string& step_rows, const std::string& rows_loop, const std::string& zmm_pv);
 std::string norm_chain_body(const NormChainRegion& region);

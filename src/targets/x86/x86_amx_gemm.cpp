@@ -349,7 +349,9 @@ std::string amx_tile_queue_source() { return kTileQueue; }
 std::string amx_packing_ukr_source(int nsa, int nsb, bool exact) {
   const std::vector<Product> ps = ordered_products(nsa, nsb, exact);
   // f32 B ([K, N], not transposed) packed one unit at a time: rows k and k + 1 of one
-  // 16-column half of one panel, in the order of amx_pack_b's fast path.
+  // 16-column half of one panel, their parts interleaved into one 32-bit lane per column
+  // (row k in the low half), the pair TDPBF16PS multiplies. k outer: each row of B is read
+  // in one run across the block's panels, which the prefetcher follows.
   std::string s = R"(typedef struct {
   const float* b;
   const float* b2; /* a gated region's second weight (panels of 16 | 16 columns), else NULL */
@@ -470,26 +472,12 @@ std::string amx_pack_b(const GemmPlan& plan, const StorageLoad& ld, const std::s
   const std::string CW = gated ? "16" : "32";
   std::string s;
   if (ld.type == "float" && !plan.b_trans) {
-    // Rows k and k + 1, 16 columns at a time: their parts interleave into one 32-bit lane
-    // per column (row k in the low half), the pair TDPBF16PS multiplies. k outer: each row
-    // of B is read in one run across the block's panels, which the prefetcher follows.
-    s += I + "for (int64_t k = 0; k < kcp; k += 2)\n";
-    s += I + "  for (int64_t pp = 0; pp < pn; ++pp) {\n";
-    s += I + "    uint16_t* restrict dk = bp + pp * FUSOR_NSB * kcp * 32 + k * 32;\n";
-    s += I + "    const int64_t c0 = (pb + pp) * " + CW + ", w = N - c0 < " + CW + " ? N - c0 : " + CW + ";\n";
-    s += I + "    for (int h = 0; h < 2; ++h) {\n";
-    if (gated) {
-      s += I + "      const float* restrict src = h ? B2 : B;\n";
-      s += I + "      const int64_t j0 = c0, left = w;\n";
-    } else {
-      s += I + "      const float* restrict src = B;\n";
-      s += I + "      const int64_t j0 = c0 + h * 16, left = w - h * 16;\n";
-    }
-    s += I + "      const __mmask16 cm = fusor_mask16(left);\n";
-    s += I + "      const __m512 x0 = _mm512_maskz_loadu_ps(k < kc ? cm : 0, src + (pc + k) * N + j0);\n";
-    s += I + "      const __m512 x1 = _mm512_maskz_loadu_ps(k + 1 < kc ? cm : 0, src + (pc + k + 1) * N + j0);\n";
-    s += I + "      cf[(pb + pp - p_lo) * 2 + h] |= fusor_store_pairs(x0, x1, dk + h * 32, kcp * 32, FUSOR_NSB);\n";
-    s += I + "    }\n" + I + "  }\n";
+    // fusor_bpack's units (amx_packing_ukr_source), all at once.
+    s += I + "{\n";
+    s += I + "  fusor_bpack u = {B, " + std::string(gated ? "B2" : "NULL") +
+         ", bcur, cf + (pb - p_lo) * 2, N, pc, kc, kcp, pb, pn, 0, 0, 0};\n";
+    s += I + "  fusor_bpack_all(&u);\n";
+    s += I + "}\n";
     return s;
   }
   s += I + "for (int64_t pp = 0; pp < pn; ++pp) {\n";

@@ -115,10 +115,10 @@ std::string attention_body(const AttentionRegion& region, const StorageLoad& ld,
 // The x86_amx lane's attention pieces (x86_amx_attention.cpp), in attention_body's loops:
 // packing K (per KV head and 32-key panel), packing a 32-row query block, packing V of every
 // KV head (when no element is NaN or infinite, vfl[head panel] = 0); the helpers of the
-// pipelined block steps (fusor_att_step, fusor_att_next), splitting row rr of a block's
-// probabilities into parts from chunk sfrom on (and the exp pass's whole chunk e0, e1 at
-// j), and the item's block steps around `rows_loop` (the softmax rows,
-// which advance the tile queue tq) and `zmm_pv` (P·V of heads whose V is not all finite).
+// pipelined block steps (fusor_att_step, fusor_att_next); splitting row rr of a block's
+// probabilities into parts from chunk sfrom on, and the exp pass's whole chunk e0, e1 at j;
+// the item's block steps around `rows_loop` (the softmax rows, which advance the tile queue
+// tq) and `zmm_pv` (P·V of heads whose V is not all finite).
 std::string amx_attention_pack_k(const AttentionRegion& r, const StorageLoad& ld);
 std::string amx_attention_pack_q(const AttentionRegion& r, const StorageLoad& ld);
 std::string amx_attention_pack_v();

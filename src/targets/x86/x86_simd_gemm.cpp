@@ -292,9 +292,7 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
     // alone, each next one between the tile products of the one before.
     const std::string b2 = gated ? "B2" : "NULL";
     s += "          uint16_t* restrict bcur = bp + (((pb - p_lo) / NBP) & 1) * bpn;\n";
-    s += "          if (pb == p_lo) {\n";
-    s += "            fusor_bpack u = {B, " + b2 + ", bcur, cf, N, pc, kc, kcp, pb, pn, 0, 0, 0};\n";
-    s += "            fusor_bpack_all(&u);\n          }\n";
+    s += "          if (pb == p_lo)\n" + amx_pack_b(plan, ld, "            ");
     s += "          const int64_t pb2 = pb + NBP, pn2 = p_hi - pb2 < NBP ? p_hi - pb2 : NBP;\n";
     s += "          fusor_bpack nx = {B, " + b2 +
          ", bp + (((pb2 - p_lo) / NBP) & 1) * bpn, cf + (pb2 - p_lo) * 2, N, pc, kc, kcp, pb2, pn2, "

@@ -249,7 +249,8 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   // Top-left causal: query i sees keys 0..i, so a query block needs keys below i0 + rows only.
   s += std::string("      const int64_t n_all = ") + (causal ? "(q0 + qrows < Nk ? q0 + qrows : Nk)" : "Nk") + ";\n";
   // One online-softmax step per row over the block's visible keys (the statements of one
-  // row rr, with lim, np and srow; `hook` runs once per whole 32-key chunk of the exp pass).
+  // row rr, with lim, np and srow; `chunk_tail`, then `hook`, run after each whole 32-key
+  // chunk of the exp pass, whose probabilities are e0, e1).
   // Masks of the visible keys among the 32 at j (lim of them are visible from 0).
   const std::string key_masks =
       "            const int64_t rem = lim - j;\n"

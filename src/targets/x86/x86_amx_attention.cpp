@@ -134,9 +134,7 @@ std::string amx_attention_split_chunk() {
          "              __m512i q0[3], q1[3];\n"
          "              fusor_split16_fn(e0, &q0[0], &q0[1], &q0[2]);\n"
          "              fusor_split16_fn(e1, &q1[0], &q1[1], &q1[2]);\n"
-         "              for (int s = 0; s < FUSOR_NSA; ++s)\n"
-         "                _mm512_storeu_si512(pp + j * 32 + rr * 32 + s * nbkp * 32, "
-         "(__m512i)_mm512_cvtne2ps_pbh(_mm512_castsi512_ps(q1[s]), _mm512_castsi512_ps(q0[s])));\n"
+         "              fusor_store_runs(q0, q1, pp + j * 32 + rr * 32, nbkp * 32, FUSOR_NSA);\n"
          "            }\n";
 }
 

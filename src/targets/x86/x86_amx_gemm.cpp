@@ -283,6 +283,14 @@ static inline __mmask16 fusor_store_pairs(__m512 x0, __m512 x1, uint16_t* dst, i
   return bad;
 }
 
+/* 32 consecutive values' parts (lo: the first 16, hi: the next 16) as one 64-byte run per
+   part, parts stride apart. Parts are exact bf16, so the rounding conversion is exact. */
+static inline void fusor_store_runs(const __m512i* lo, const __m512i* hi, uint16_t* dst, int64_t stride, int ns) {
+  for (int s = 0; s < ns; ++s)
+    _mm512_storeu_si512(dst + s * stride,
+                        (__m512i)_mm512_cvtne2ps_pbh(_mm512_castsi512_ps(hi[s]), _mm512_castsi512_ps(lo[s])));
+}
+
 /* fusor_split16 for one value. */
 static inline void fusor_split1(float x, uint16_t* h, uint16_t* m, uint16_t* l) {
   uint32_t xb, hb, mb, lb;
@@ -409,7 +417,6 @@ std::string amx_pack_row_chunk(const AmxRowChunk& c, const StorageLoad& ld, cons
   if (ld.type == "float" && !c.contiguous.empty() && vector_prologue) {
     // 32 k: two vectors, the prologue over __m512, zero past the valid count (after the
     // prologue: its value at 0 need not be 0, nor finite).
-    // (Parts are exact bf16, so the rounding conversion of two vectors into 32 bf16 is exact.)
     s += I + "__m512i p[2][3];\n";
     s += I + "for (int h = 0; h < 2; ++h) {\n";
     s += I + "  const int64_t left = " + c.valid + " - h * 16;\n";
@@ -422,9 +429,7 @@ std::string amx_pack_row_chunk(const AmxRowChunk& c, const StorageLoad& ld, cons
     s += c.finite_or_nan ? I + "  fusor_split16_fn(v, &p[h][0], &p[h][1], &p[h][2]);\n"
                          : I + "  if (fusor_split16(v, &p[h][0], &p[h][1], &p[h][2])) " + c.flag + " = 1;\n";
     s += I + "}\n";
-    s += I + "for (int s = 0; s < " + c.parts + "; ++s)\n";
-    s += I + "  _mm512_storeu_si512(" + c.dst + " + s * " + c.part_stride +
-         ", (__m512i)_mm512_cvtne2ps_pbh(_mm512_castsi512_ps(p[1][s]), _mm512_castsi512_ps(p[0][s])));\n";
+    s += I + "fusor_store_runs(p[0], p[1], " + c.dst + ", " + c.part_stride + ", " + c.parts + ");\n";
   } else {
     s += I + "for (int64_t t = 0; t < 32; ++t) {\n";
     s += I + "  float v = 0.0f;\n";

@@ -439,7 +439,7 @@ TEST(X86Simd, VectorExp16ErrorBoundsAndSpecialValues) {
   const auto ex = grid(-87.0, 88.7, 400001); // not a multiple of 16: the masked tail too
   const auto e = measure(ex, run_avx512("fusor_expf16(v)", ex), [](double x) { return std::exp(x); });
   std::printf("vector exp16: max rel err %.3g\n", e.max_rel);
-  EXPECT_LT(e.max_rel, 3e-7);
+  EXPECT_LT(e.max_rel, 1.5e-7); // about 2.5 ulp
   const float inf = INFINITY, nan = NAN;
   const auto sv =
       run_avx512("fusor_expf16(v)", {nan, inf, -inf, 0.0f, -0.0f, 100.0f, -200.0f, 89.0f, -104.5f, -87.5f, -87.2f});

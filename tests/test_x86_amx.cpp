@@ -292,6 +292,47 @@ TEST(X86Amx, AttentionNaNAndInfinities) {
   expect_matches_reference(plain, operands);
 }
 
+// Attention's parts follow the storage too: Q, K and V of bf16 storage are one part each
+// (one product for the scores, three for P·V: the probabilities are any f32), of f16 two
+// (four and five). The products stay exact, so 16-bit attention keeps f32's accuracy on its
+// (exactly representable) inputs, far inside the storage's budget; so does a head whose V
+// holds a NaN (its P·V on zmm).
+TEST(X86Amx, AttentionPartsFollowStorage) {
+  REQUIRE_AMX();
+  struct Case {
+    const char* storage;
+    int qk, pv;
+  };
+  for (const Case c : {Case{"f32", 6, 6}, Case{"f16", 4, 5}, Case{"bf16", 1, 3}}) {
+    const Region region =
+        region_of(std::string("attention { scale = 0.2; causal = true; storage = ") + c.storage + " }");
+    auto src = amx_lane(RegionKind::attention)->emit(region, {});
+    ASSERT_TRUE(src.ok()) << c.storage;
+    EXPECT_NE(src->source.find("#define FUSOR_NPROD_qk " + std::to_string(c.qk) + "\n"), std::string::npos)
+        << c.storage;
+    EXPECT_NE(src->source.find("#define FUSOR_NPROD_pv " + std::to_string(c.pv) + "\n"), std::string::npos)
+        << c.storage;
+    for (int nan_v = 0; nan_v < 3; ++nan_v) {
+      const ProblemShape dims =
+          nan_v == 1 ? attention_dims(0, 1, 1, 97, 97, 24, 40) : attention_dims(1, 2, 2, 150, 300, 64, 80);
+      auto operands = make_operands(region, dims, 51, 1.0);
+      // A NaN in V (the last case): that head keeps the zmm P·V, on V converted to f32.
+      if (nan_v == 2) operands[2].data[120 * 80 + 7] = NAN;
+      auto ref = evaluate_reference(region, operands);
+      ASSERT_TRUE(ref.ok()) << ref.error().str();
+      for (const char* overlap : {"0", "1"}) {
+        auto out = run_amx(region, operands, {{"nb", "64"}, {"overlap", overlap}});
+        ASSERT_TRUE(out.ok()) << out.error().str();
+        EXPECT_TRUE(testing::all_close(out->output, *ref, 2e-6, 0.0))
+            << c.storage << " at " << shape_str(operands[0].shape) << ", overlap=" << overlap;
+        if (nan_v == 2) {
+          EXPECT_TRUE(std::isnan(out->output.data[130 * 80 + 7])); // query 130 sees key 120
+        }
+      }
+    }
+  }
+}
+
 // Parts per operand: bf16 values are one bf16, f16 values two; a prologue makes any f32.
 TEST(X86Amx, PartsFollowStorage) {
   REQUIRE_AMX();

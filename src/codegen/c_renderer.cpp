@@ -67,9 +67,8 @@ constexpr std::array<std::string_view, 5> kErfLarge{"1.061405429f", "-1.45315202
 
 // e^r = 1 + r + ... on |r| <= ln2/2 (relative least-squares fit, 1.7e-8 there): a plain Horner
 // chain of FMAs, two fewer vector instructions than Cephes' 1 + r + r²·P(r).
-constexpr std::array<std::string_view, 7> kExpHorner{"1.384416712e-03f", "8.374152705e-03f", "4.166799411e-02f",
-                                                     "1.666643173e-01f", "4.999999404e-01f", "1.0f",
-                                                     "1.0f"};
+constexpr std::array<std::string_view, 7> kExpHorner{
+    "1.384416712e-03f", "8.374152705e-03f", "4.166799411e-02f", "1.666643173e-01f", "4.999999404e-01f", "1.0f", "1.0f"};
 
 // `acc` = the polynomial in `x` by Horner's rule: float statements, or 16-lane FMAs.
 std::string horner(std::string_view acc, std::string_view x, std::span<const std::string_view> c, bool lanes16) {

@@ -8,6 +8,8 @@
 // accumulating into output rows padded to whole 32-column tiles. The tile work of the
 // neighbouring block steps runs between the softmax's chunks, so the tile unit and the
 // vector units work at once (amx_attention_steps).
+// Q, K and V take as many parts as their storage needs (bf16 1, f16 2, f32 3), the
+// probabilities three (they are any f32), so the scores and P·V have their own products.
 // A query row or key holding a NaN or an infinity is flagged while packing, and its scores
 // are recomputed as f32 dot products (a zero part times an infinity would make NaN); a head
 // whose V is not all finite keeps the AVX-512 P·V, which never multiplies a masked key.
@@ -26,6 +28,84 @@ std::string q_element(const AttentionRegion& r, const std::string& row, const st
   return r.q_transposed() ? "(" + feature + ") * M + " + row : "(" + row + ") * D + " + feature;
 }
 
+// A queue of tile jobs run one part product (four tile products) at a time
+// (fusor_tiles_product), so vector work can be placed between them: a tile product occupies
+// the tile unit for 16 cycles while the vector ports are free. A tile load waits for the
+// products still reading its register, and the code after it waits too, so vector work
+// overlaps the tiles only when it sits between the products (measured: 2 exp vectors per four
+// tile products hide entirely; 12 vectors after a whole 32-k step of six products hide none).
+// A job is nblk C blocks of 32 x 32; block i multiplies a with b + i * bblk into
+// c + i * cblk, starting from c itself (cin) or from zero. Scores (pv = 0) and P·V (pv = 1)
+// have their own part counts, so their own products (fusor_amx_product_qk / _pv) and
+// micro-kernels.
+const char* kTileQueue = R"(typedef struct {
+  const uint16_t* a;
+  const uint16_t* b;
+  float* c;
+  int64_t pa, pb, bblk, ldc, cblk, kc, nblk;
+  int cin, pv;
+} fusor_tile_job;
+typedef struct {
+  fusor_tile_job job[2];
+  int nj, j, p;
+  int64_t blk, k;
+} fusor_tiles;
+static inline void fusor_tiles_reset(fusor_tiles* q) { q->nj = q->j = q->p = 0, q->blk = q->k = 0; }
+static inline void fusor_tiles_add(fusor_tiles* q, fusor_tile_job jb) {
+  if (jb.nblk > 0 && jb.kc > 0) q->job[q->nj++] = jb;
+}
+static inline int64_t fusor_tiles_products(const fusor_tiles* q) {
+  int64_t n = 0;
+  for (int i = q->j; i < q->nj; ++i)
+    n += q->job[i].nblk * (q->job[i].kc / 32) * (q->job[i].pv ? FUSOR_NPROD_pv : FUSOR_NPROD_qk);
+  return n;
+}
+static inline __attribute__((always_inline)) void fusor_tiles_product(fusor_tiles* q) {
+  if (q->j >= q->nj) return;
+  const fusor_tile_job* jb = &q->job[q->j];
+  float* c = jb->c + q->blk * jb->cblk;
+  const uint16_t* b = jb->b + q->blk * jb->bblk;
+  const int more = q->k + 32 < jb->kc;
+  if (q->k == 0 && q->p == 0) fusor_amx_c_begin(jb->cin ? c : NULL, jb->ldc);
+  if (jb->pv) {
+    if (q->k == 0 && q->p == 0) fusor_amx_first_loads_pv(jb->a, jb->pa, b, jb->pb);
+    fusor_amx_product_pv(q->p, jb->a + q->k * 32, jb->pa, b + q->k * 32, jb->pb, more);
+    if (++q->p < FUSOR_NPROD_pv) return;
+  } else {
+    if (q->k == 0 && q->p == 0) fusor_amx_first_loads_qk(jb->a, jb->pa, b, jb->pb);
+    fusor_amx_product_qk(q->p, jb->a + q->k * 32, jb->pa, b + q->k * 32, jb->pb, more);
+    if (++q->p < FUSOR_NPROD_qk) return;
+  }
+  q->p = 0, q->k += 32;
+  if (q->k >= jb->kc) {
+    fusor_amx_c_end(c, jb->ldc);
+    q->k = 0;
+    if (++q->blk >= jb->nblk) q->blk = 0, ++q->j;
+  }
+}
+/* The rest of the queue: whole blocks through the pipelined micro-kernels. */
+static void fusor_tiles_drain(fusor_tiles* q) {
+  while (q->j < q->nj && (q->k != 0 || q->p != 0)) fusor_tiles_product(q);
+  for (; q->j < q->nj; ++q->j, q->blk = 0) {
+    const fusor_tile_job* jb = &q->job[q->j];
+    for (; q->blk < jb->nblk; ++q->blk) {
+      float* c = jb->c + q->blk * jb->cblk;
+      const float* cin = jb->cin ? c : NULL;
+      if (jb->pv)
+        fusor_amx_ukr_pv(jb->kc, jb->a, jb->pa, jb->b + q->blk * jb->bblk, jb->pb, c, jb->ldc, cin, jb->ldc);
+      else
+        fusor_amx_ukr_qk(jb->kc, jb->a, jb->pa, jb->b + q->blk * jb->bblk, jb->pb, c, jb->ldc, cin, jb->ldc);
+    }
+  }
+}
+/* One job, now. */
+static void fusor_tiles_run(fusor_tiles* q, fusor_tile_job jb) {
+  fusor_tiles_reset(q);
+  fusor_tiles_add(q, jb);
+  fusor_tiles_drain(q);
+}
+)";
+
 } // namespace
 
 std::string amx_attention_pack_k(const AttentionRegion& r, const StorageLoad& ld) {
@@ -34,13 +114,14 @@ std::string amx_attention_pack_k(const AttentionRegion& r, const StorageLoad& ld
   s += "      unsigned char* restrict kfl = kf + hb * 32;\n";
   s += "      memset(kfl, 0, 32);\n";
   s += "      int64_t c0 = 0;\n";
-  if (ld.type == "float" && !r.k_transposed()) {
+  if (!r.k_transposed()) {
     // 16 keys x 16 features through the register transpose; feature pairs (c, c + 1) of a
     // key interleave into one 32-bit lane, 16 keys per store.
     s += "      if (w == 32)\n        for (; c0 + 16 <= D; c0 += 16)\n";
     s += "          for (int64_t jh = 0; jh < 32; jh += 16) {\n";
     s += "            __m512 t_[16];\n";
-    s += "            for (int r = 0; r < 16; ++r) t_[r] = _mm512_loadu_ps(kh + (n0 + jh + r) * D + c0);\n";
+    s += "            for (int r = 0; r < 16; ++r) t_[r] = " +
+         ld.load16("(__mmask16)0xFFFF", "kh + (n0 + jh + r) * D + c0") + ";\n";
     s += "            fusor_transpose16(t_);\n";
     s += "            __mmask16 bad = 0;\n";
     s += "            for (int c = 0; c < 16; c += 2)\n";
@@ -84,6 +165,13 @@ std::string amx_attention_pack_q(const AttentionRegion& r, const StorageLoad& ld
   return s;
 }
 
+std::string amx_attention_queue_source(int nq, int nk, int nv, bool exact) {
+  // Scores: Q (nq parts) x K (nk); P·V: the probabilities (any f32, three parts) x V (nv).
+  return "#define FUSOR_NSP 3\n#define FUSOR_NSV " + std::to_string(nv) + "\n" +
+         amx_ukr_source(nq, nk, exact, "fusor_amx_ukr_qk") + amx_ukr_source(3, nv, exact, "fusor_amx_ukr_pv") +
+         amx_product_source(nq, nk, exact, "_qk") + amx_product_source(3, nv, exact, "_pv") + kTileQueue;
+}
+
 std::string amx_attention_step_source() {
   return R"(/* A block step of a work item: key block n0 (outer) x query block sb (inner), its rows and
    the keys they see (nbk, padded to whole 32-key panels in nbkp). */
@@ -121,7 +209,7 @@ std::string amx_attention_split_row(const std::string& hook) {
   c.valid = "nbkp - k0";
   c.dst = "pp + k0 * 32 + rr * 32";
   c.part_stride = "nbkp * 32";
-  c.parts = "FUSOR_NSA";
+  c.parts = "FUSOR_NSP";
   c.finite_or_nan = true;
   s += amx_pack_row_chunk(c, StorageLoad{"float", "", ""}, "            ");
   s += "          }\n";
@@ -134,7 +222,7 @@ std::string amx_attention_split_chunk() {
          "              __m512i q0[3], q1[3];\n"
          "              fusor_split16_fn(e0, &q0[0], &q0[1], &q0[2]);\n"
          "              fusor_split16_fn(e1, &q1[0], &q1[1], &q1[2]);\n"
-         "              fusor_store_runs(q0, q1, pp + j * 32 + rr * 32, nbkp * 32, FUSOR_NSA);\n"
+         "              fusor_store_runs(q0, q1, pp + j * 32 + rr * 32, nbkp * 32, FUSOR_NSP);\n"
          "            }\n";
 }
 
@@ -167,13 +255,13 @@ std::string score_fixup(const AttentionRegion& r, const StorageLoad& ld) {
 std::string scores_job(const std::string& st, const std::string& buf) {
   return "(fusor_tile_job){.a = qp + " + st + ".sb * FUSOR_NSA * Dp * 32, .pa = Dp * 32, .b = kp + (kvh * nkb + " + st +
          ".n0 / 32) * FUSOR_NSB * Dp * 32, .pb = Dp * 32, .bblk = FUSOR_NSB * Dp * 32, .c = " + buf +
-         ", .ldc = NB, .cblk = 32, .kc = Dp, .nblk = fusor_cdiv(" + st + ".nbk, 32), .cin = 0}";
+         ", .ldc = NB, .cblk = 32, .kc = Dp, .nblk = fusor_cdiv(" + st + ".nbk, 32), .cin = 0, .pv = 0}";
 }
 
 std::string pv_job(const std::string& st, const std::string& parts) {
-  return "(fusor_tile_job){.a = " + parts + ", .pa = " + st + ".nbkp * 32, .b = vp + (kvh * ndp * FUSOR_NSB * Nkp + " +
-         st + ".n0) * 32, .pb = Nkp * 32, .bblk = FUSOR_NSB * Nkp * 32, .c = ob + " + st +
-         ".sb * MRP * LDO, .ldc = LDO, .cblk = 32, .kc = " + st + ".nbkp, .nblk = ndp, .cin = 1}";
+  return "(fusor_tile_job){.a = " + parts + ", .pa = " + st + ".nbkp * 32, .b = vp + (kvh * ndp * FUSOR_NSV * Nkp + " +
+         st + ".n0) * 32, .pb = Nkp * 32, .bblk = FUSOR_NSV * Nkp * 32, .c = ob + " + st +
+         ".sb * MRP * LDO, .ldc = LDO, .cblk = 32, .kc = " + st + ".nbkp, .nblk = ndp, .cin = 1, .pv = 1}";
 }
 
 } // namespace
@@ -227,24 +315,23 @@ std::string amx_attention_steps(const AttentionRegion& r, const StorageLoad& ld,
   return s;
 }
 
-std::string amx_attention_pack_v() {
+std::string amx_attention_pack_v(const StorageLoad& ld) {
   // Keys k and k + 1, 16 columns at a time, interleave into one 32-bit lane per column (the
-  // pair TDPBF16PS multiplies); keys past Nk and columns past Dv are zero. V is f32 here
-  // (16-bit storage was converted into vf).
+  // pair TDPBF16PS multiplies); keys past Nk and columns past Dv are zero.
   std::string s;
   s += "    #pragma omp for schedule(static)\n";
   s += "    for (int64_t hp = 0; hp < nkv * ndp; ++hp) {\n";
   s += "      const int64_t c0 = (hp % ndp) * 32, w = Dv - c0 < 32 ? Dv - c0 : 32;\n";
-  s += "      const float* restrict vh = vall + (hp / ndp) * Nk * Dv;\n";
-  s += "      uint16_t* restrict dst = vp + hp * FUSOR_NSB * Nkp * 32;\n";
+  s += "      const " + ld.type + "* restrict vh = V + (hp / ndp) * Nk * Dv;\n";
+  s += "      uint16_t* restrict dst = vp + hp * FUSOR_NSV * Nkp * 32;\n";
   s += "      __mmask16 bad = 0;\n";
   s += "      for (int64_t k = 0; k < Nkp; k += 2)\n";
   s += "        for (int h = 0; h < 2; ++h) {\n";
   s += "          const int64_t left = w - h * 16;\n";
   s += "          const __mmask16 cm = fusor_mask16(left);\n";
-  s += "          const __m512 x0 = _mm512_maskz_loadu_ps(k < Nk ? cm : 0, vh + k * Dv + c0 + h * 16);\n";
-  s += "          const __m512 x1 = _mm512_maskz_loadu_ps(k + 1 < Nk ? cm : 0, vh + (k + 1) * Dv + c0 + h * 16);\n";
-  s += "          bad |= fusor_store_pairs(x0, x1, dst + k * 32 + h * 32, Nkp * 32, FUSOR_NSB);\n";
+  s += "          const __m512 x0 = " + ld.load16("k < Nk ? cm : 0", "vh + k * Dv + c0 + h * 16") + ";\n";
+  s += "          const __m512 x1 = " + ld.load16("k + 1 < Nk ? cm : 0", "vh + (k + 1) * Dv + c0 + h * 16") + ";\n";
+  s += "          bad |= fusor_store_pairs(x0, x1, dst + k * 32 + h * 32, Nkp * 32, FUSOR_NSV);\n";
   s += "        }\n";
   s += "      vfl[hp] = bad != 0;\n";
   s += "    }\n";

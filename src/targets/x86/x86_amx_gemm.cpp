@@ -114,14 +114,7 @@ std::string joined(const std::vector<std::string>& parts, const std::string& bet
   return s;
 }
 
-// A queue of tile jobs run one part product (four tile products) at a time
-// (fusor_tiles_step), so vector work can be placed between them: a tile product occupies the
-// tile unit for 16 cycles while the vector ports are free. A tile load waits for the products
-// still reading its register, and the code after it waits too, so vector work overlaps the
-// tiles only when it sits between the products (measured: 2 exp vectors per four tile
-// products hide entirely; 12 vectors after a whole 32-k step of six products hide none).
-// A job is nblk C blocks of 32 x 32; block i multiplies a with b + i * bblk into
-// c + i * cblk, starting from c itself (cin) or from zero.
+// C of the micro-kernel (tmm0-3): zeroed or loaded from cin, stored to c.
 const char* kTileC =
     R"(static inline __attribute__((always_inline)) void fusor_amx_c_begin(const float* cin, int64_t ldin) {
   if (cin) {
@@ -143,63 +136,6 @@ static inline __attribute__((always_inline)) void fusor_amx_c_end(float* c, int6
   _tile_stored(3, c + 16 * ldc + 16, ldc * 4);
 }
 )";
-const char* kTileQueue = R"(typedef struct {
-  const uint16_t* a;
-  const uint16_t* b;
-  float* c;
-  int64_t pa, pb, bblk, ldc, cblk, kc, nblk;
-  int cin;
-} fusor_tile_job;
-typedef struct {
-  fusor_tile_job job[2];
-  int nj, j, p;
-  int64_t blk, k;
-} fusor_tiles;
-static inline void fusor_tiles_reset(fusor_tiles* q) { q->nj = q->j = q->p = 0, q->blk = q->k = 0; }
-static inline void fusor_tiles_add(fusor_tiles* q, fusor_tile_job jb) {
-  if (jb.nblk > 0 && jb.kc > 0) q->job[q->nj++] = jb;
-}
-static inline int64_t fusor_tiles_products(const fusor_tiles* q) {
-  int64_t n = 0;
-  for (int i = q->j; i < q->nj; ++i) n += q->job[i].nblk * (q->job[i].kc / 32) * FUSOR_NPROD;
-  return n;
-}
-static inline __attribute__((always_inline)) void fusor_tiles_product(fusor_tiles* q) {
-  if (q->j >= q->nj) return;
-  const fusor_tile_job* jb = &q->job[q->j];
-  float* c = jb->c + q->blk * jb->cblk;
-  const uint16_t* b = jb->b + q->blk * jb->bblk;
-  if (q->k == 0 && q->p == 0) {
-    fusor_amx_c_begin(jb->cin ? c : NULL, jb->ldc);
-    fusor_amx_first_loads(jb->a, jb->pa, b, jb->pb);
-  }
-  fusor_amx_product(q->p, jb->a + q->k * 32, jb->pa, b + q->k * 32, jb->pb, q->k + 32 < jb->kc);
-  if (++q->p < FUSOR_NPROD) return;
-  q->p = 0, q->k += 32;
-  if (q->k >= jb->kc) {
-    fusor_amx_c_end(c, jb->ldc);
-    q->k = 0;
-    if (++q->blk >= jb->nblk) q->blk = 0, ++q->j;
-  }
-}
-/* The rest of the queue: whole blocks through the pipelined micro-kernel. */
-static void fusor_tiles_drain(fusor_tiles* q) {
-  while (q->j < q->nj && (q->k != 0 || q->p != 0)) fusor_tiles_product(q);
-  for (; q->j < q->nj; ++q->j, q->blk = 0) {
-    const fusor_tile_job* jb = &q->job[q->j];
-    for (; q->blk < jb->nblk; ++q->blk) {
-      float* c = jb->c + q->blk * jb->cblk;
-      fusor_amx_ukr(jb->kc, jb->a, jb->pa, jb->b + q->blk * jb->bblk, jb->pb, c, jb->ldc, jb->cin ? c : NULL, jb->ldc);
-    }
-  }
-}
-/* One job, now. */
-static void fusor_tiles_run(fusor_tiles* q, fusor_tile_job jb) {
-  fusor_tiles_reset(q);
-  fusor_tiles_add(q, jb);
-  fusor_tiles_drain(q);
-}
-)";
 
 } // namespace
 
@@ -208,7 +144,7 @@ int amx_parts(DType storage, bool has_prologue) {
   return storage == DType::bf16 ? 1 : storage == DType::f16 ? 2 : 3;
 }
 
-std::string amx_source(int nsa, int nsb, bool exact) {
+std::string amx_source(int nsa, int nsb) {
   std::string s = "#define FUSOR_MR 32\n#define FUSOR_NSA " + std::to_string(nsa) + "\n#define FUSOR_NSB " +
                   std::to_string(nsb) + "\n";
   // Tile data is off until the process asks (Linux 5.16+): arch_prctl(ARCH_REQ_XCOMP_PERM,
@@ -316,12 +252,16 @@ static inline void fusor_store_parts(float x, uint16_t* p, int64_t stride, int n
 
 )";
   s += kTileC;
+  return s;
+}
+
+std::string amx_ukr_source(int nsa, int nsb, bool exact, const std::string& name) {
   // c[32][32] (rows ldc floats apart) = cin + a . b over kc (a multiple of 32) for packed
   // panels a, b (layouts above; their parts pa and pb elements apart).
   const std::vector<Product> ps = ordered_products(nsa, nsb, exact);
-  s += "static void fusor_amx_ukr(int64_t kc, const uint16_t* restrict a, int64_t pa, const uint16_t* restrict b, "
-       "int64_t pb, float* c, "
-       "int64_t ldc, const float* cin, int64_t ldin) {\n";
+  std::string s = "static void " + name +
+                  "(int64_t kc, const uint16_t* restrict a, int64_t pa, const uint16_t* restrict b, int64_t pb, "
+                  "float* c, int64_t ldc, const float* cin, int64_t ldin) {\n";
   s += "  fusor_amx_c_begin(cin, ldin);\n";
   s += first_loads(ps, "  ");
   s += "  for (int64_t k = 0; k < kc; k += 32) {\n";
@@ -332,18 +272,18 @@ static inline void fusor_store_parts(float x, uint16_t* p, int64_t stride, int n
   return s;
 }
 
-std::string amx_product_source(int nsa, int nsb, bool exact) {
+std::string amx_product_source(int nsa, int nsb, bool exact, const std::string& suffix) {
   // The micro-kernel's products one at a time, C left in tmm0-3 between them so that vector
   // work can run between the products: product p of the k step at a, b (its tiles loaded)
   // loads the next product's as the micro-kernel does; the last, the next k step's first
   // (at a + 1024, b + 1024) when `more`.
   const std::vector<Product> ps = ordered_products(nsa, nsb, exact);
-  std::string s = "#define FUSOR_NPROD " + std::to_string(ps.size()) + "\n";
-  s += "static inline __attribute__((always_inline)) void fusor_amx_first_loads(const uint16_t* restrict a, "
-       "int64_t pa, const uint16_t* restrict b, int64_t pb) {\n" +
-       first_loads(ps, "  ") + "}\n";
-  s += "static inline __attribute__((always_inline)) void fusor_amx_product(int p, const uint16_t* restrict a, "
-       "int64_t pa, const uint16_t* restrict b, int64_t pb, int more) {\n";
+  std::string s = "#define FUSOR_NPROD" + suffix + " " + std::to_string(ps.size()) + "\n";
+  s += "static inline __attribute__((always_inline)) void fusor_amx_first_loads" + suffix +
+       "(const uint16_t* restrict a, int64_t pa, const uint16_t* restrict b, int64_t pb) {\n" + first_loads(ps, "  ") +
+       "}\n";
+  s += "static inline __attribute__((always_inline)) void fusor_amx_product" + suffix +
+       "(int p, const uint16_t* restrict a, int64_t pa, const uint16_t* restrict b, int64_t pb, int more) {\n";
   s += "  const int64_t at = 0, next = 1024;\n  switch (p) {\n";
   const std::vector<std::string> products = k_step_products(ps, "more");
   for (size_t i = 0; i < products.size(); ++i)
@@ -351,8 +291,6 @@ std::string amx_product_source(int nsa, int nsb, bool exact) {
   s += "  }\n}\n\n";
   return s;
 }
-
-std::string amx_tile_queue_source() { return kTileQueue; }
 
 std::string amx_packing_ukr_source(int nsa, int nsb, bool exact) {
   const std::vector<Product> ps = ordered_products(nsa, nsb, exact);
@@ -414,14 +352,14 @@ std::string amx_pack_row_chunk(const AmxRowChunk& c, const StorageLoad& ld, cons
   const bool vector_prologue =
       std::all_of(c.prologue.begin(), c.prologue.end(), [&](Op op) { return codegen::renders_in(v16, op); });
   std::string s;
-  if (ld.type == "float" && !c.contiguous.empty() && vector_prologue) {
+  if (!c.contiguous.empty() && vector_prologue) {
     // 32 k: two vectors, the prologue over __m512, zero past the valid count (after the
     // prologue: its value at 0 need not be 0, nor finite).
     s += I + "__m512i p[2][3];\n";
     s += I + "for (int h = 0; h < 2; ++h) {\n";
     s += I + "  const int64_t left = " + c.valid + " - h * 16;\n";
     s += I + "  const __mmask16 km = fusor_mask16(left);\n";
-    s += I + "  __m512 v = _mm512_maskz_loadu_ps(km, " + c.contiguous + " + h * 16);\n";
+    s += I + "  __m512 v = " + ld.load16("km", c.contiguous + " + h * 16") + ";\n";
     if (!c.prologue.empty()) {
       s += codegen::render_unary_chain(v16, c.prologue, "v", "", I + "  ");
       s += I + "  v = _mm512_maskz_mov_ps(km, v);\n";

@@ -139,7 +139,7 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
     s += "  unsigned char* restrict kf = (unsigned char*)fusor_scratch(1, (size_t)(nkv * nkb * 32));\n";
     // V of every KV head as bf16 parts in 32-column panels over all keys (P·V's B side).
     s += "  const int64_t ndp = fusor_cdiv(Dv, 32), Nkp = nkb * 32;\n";
-    s += "  uint16_t* restrict vp = (uint16_t*)fusor_scratch(2, 2 * (size_t)(nkv * ndp * FUSOR_NSB * Nkp * 32));\n";
+    s += "  uint16_t* restrict vp = (uint16_t*)fusor_scratch(2, 2 * (size_t)(nkv * ndp * FUSOR_NSV * Nkp * 32));\n";
     s += "  unsigned char* restrict vfl = (unsigned char*)fusor_scratch(3, (size_t)(nkv * ndp));\n";
     s += "  if (!kp || !kf || !vp || !vfl) return 2;\n";
   } else {
@@ -183,12 +183,19 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
     s += "      for (int64_t c = c0; c < D; ++c)\n        for (int64_t j = w; j < 32; ++j) dst[c * 32 + j] = 0.0f;\n";
   }
   s += "    }\n";
-  if (!f32) {
-    s += "    #pragma omp for schedule(static)\n";
-    s += "    for (int64_t e = 0; e < nkv * Nk * Dv; ++e) vf[e] = " + ld.load("V", "e") + ";\n";
+  const std::string v_to_f32 = "    #pragma omp for schedule(static)\n"
+                               "    for (int64_t e = 0; e < nkv * Nk * Dv; ++e) vf[e] = " +
+                               ld.load("V", "e") + ";\n";
+  if (amx) {
+    s += amx_attention_pack_v(ld);
+    // 16-bit V in f32 only for the zmm P·V of heads whose V is not all finite.
+    if (!f32)
+      s += "    int vany = 0;\n    for (int64_t hp = 0; hp < nkv * ndp; ++hp) vany |= vfl[hp];\n    if (vany) {\n" +
+           v_to_f32 + "    }\n";
+  } else if (!f32) {
+    s += v_to_f32;
   }
   s += "    const float* restrict vall = " + std::string(f32 ? "V" : "vf") + ";\n";
-  if (amx) s += amx_attention_pack_v();
   // Per thread: QS packed query blocks [QS][D][MR], their output rows [QS * MRP][Dv] and
   // running max/sum, and the scores -> probabilities of one block [MRP][NB] (rows past the
   // micro-kernel's MR stay zero).
@@ -200,7 +207,7 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   s += "    float* ob = (float*)fusor_scratch(6, sizeof(float) * (size_t)(qs * MRP * LDO));\n";
   // (AMX: two of them, each followed by P's bf16 parts: a block step's softmax runs while the
   // tiles compute the next step's scores and the previous step's P·V.)
-  s += "    const size_t spn = (size_t)(MRP * NB" + std::string(amx ? " + FUSOR_NSA * NB * 16" : "") + ");\n";
+  s += "    const size_t spn = (size_t)(MRP * NB" + std::string(amx ? " + FUSOR_NSP * NB * 16" : "") + ");\n";
   s += std::string("    float* sp = (float*)fusor_scratch(7, sizeof(float) * spn") + (amx ? " * 2" : "") + ");\n";
   s += "    float mall[QS * FUSOR_MR], lall[QS * FUSOR_MR];\n";
   s += "    if (!qp || !ob || !sp) {\n      #pragma omp atomic write\n      failed = 1;\n    } else {\n";

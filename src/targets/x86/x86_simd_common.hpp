@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "fusor/dtype.hpp"
 #include "fusor/error.hpp"
 #include "fusor/ops.hpp"
 #include "fusor/region.hpp"
@@ -43,8 +44,17 @@ Error unsupported(RegionKind kind, const std::string& reason, std::string_view l
 struct StorageLoad {
   std::string type;
   std::string wrap_open, wrap_close;
+  DType dtype = DType::f32;
   std::string load(const std::string& ptr, const std::string& idx) const {
     return wrap_open + ptr + "[" + idx + "]" + wrap_close;
+  }
+  // The 16 consecutive elements at `ptr` as one __m512 of f32 (exact for all three), zero
+  // in the lanes `mask` leaves out.
+  std::string load16(const std::string& mask, const std::string& ptr) const {
+    if (dtype == DType::f32) return "_mm512_maskz_loadu_ps(" + mask + ", " + ptr + ")";
+    const std::string h = "_mm256_maskz_loadu_epi16(" + mask + ", " + ptr + ")";
+    if (dtype == DType::f16) return "_mm512_cvtph_ps(" + h + ")";
+    return "_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(" + h + "), 16))"; // bf16: the top half
   }
 };
 
@@ -83,8 +93,8 @@ struct GemmPlan {
 int amx_parts(DType storage, bool has_prologue);
 // One 32-k chunk of a row, packed as bf16 parts (the A-side layout): `valid` values (an
 // expression; the rest zero) through `prologue`, element t at `dst + t`, parts
-// `part_stride` apart; `flag` (an lvalue) set when a value is not finite. `contiguous` (the
-// chunk's first element, f32 only) enables the 16-lane path; otherwise element t is
+// `part_stride` apart; `flag` (an lvalue) set when a value is not finite. `contiguous` (a pointer
+// to the chunk's first element, any storage) enables the 16-lane path; otherwise element t is
 // source[element], an expression in t.
 struct AmxRowChunk {
   std::string source, element, contiguous, valid, dst, part_stride, parts, flag;
@@ -94,13 +104,14 @@ struct AmxRowChunk {
   bool finite_or_nan = false;
 };
 std::string amx_pack_row_chunk(const AmxRowChunk& chunk, const StorageLoad& ld, const std::string& indent);
-std::string amx_source(int nsa, int nsb, bool exact);
-// The micro-kernel's part products one at a time (fusor_amx_product); a queue of tile jobs
-// that runs them a product per `fusor_tiles_product` (attention places its softmax between
-// them); and `fusor_amx_ukr_packing`, the micro-kernel packing B's next panels between its
-// products (GEMM-rooted kinds with f32 B not transposed).
-std::string amx_product_source(int nsa, int nsb, bool exact);
-std::string amx_tile_queue_source();
+// The lane's common C (FUSOR_NSA/NSB: parts of A and B; tile configuration, part splits,
+// C tiles); the micro-kernel `name` for nsa x nsb parts; its part products one at a time
+// (fusor_amx_product<suffix>, so vector work can run between them); and
+// `fusor_amx_ukr_packing`, the micro-kernel packing B's next panels between its products
+// (GEMM-rooted kinds with f32 B not transposed).
+std::string amx_source(int nsa, int nsb);
+std::string amx_ukr_source(int nsa, int nsb, bool exact, const std::string& name);
+std::string amx_product_source(int nsa, int nsb, bool exact, const std::string& suffix);
 std::string amx_packing_ukr_source(int nsa, int nsb, bool exact);
 std::string amx_pack_a(const GemmPlan& plan, const StorageLoad& ld, const std::string& indent);
 std::string amx_pack_b(const GemmPlan& plan, const StorageLoad& ld, const std::string& indent);
@@ -119,9 +130,12 @@ std::string attention_body(const AttentionRegion& region, const StorageLoad& ld,
 // probabilities into parts from chunk sfrom on, and the exp pass's whole chunk e0, e1 at j;
 // the item's block steps around `rows_loop` (the softmax rows, which advance the tile queue
 // tq) and `zmm_pv` (P·V of heads whose V is not all finite).
+// Attention's two micro-kernels and their products (scores: nq x nk parts, P·V: 3 x nv) and
+// the tile queue that runs them a part product at a time (fusor_tiles_product).
+std::string amx_attention_queue_source(int nq, int nk, int nv, bool exact);
 std::string amx_attention_pack_k(const AttentionRegion& r, const StorageLoad& ld);
 std::string amx_attention_pack_q(const AttentionRegion& r, const StorageLoad& ld);
-std::string amx_attention_pack_v();
+std::string amx_attention_pack_v(const StorageLoad& ld);
 std::string amx_attention_step_source();
 std::string amx_attention_split_row(const std::string& hook);
 std::string amx_attention_split_chunk();

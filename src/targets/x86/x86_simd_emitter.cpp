@@ -30,8 +30,8 @@ using simd::unsupported;
 Expected<simd::StorageLoad> storage_load(DType dtype, RegionKind kind) {
   switch (dtype) {
   case DType::f32: return simd::StorageLoad{"float", "", ""};
-  case DType::f16: return simd::StorageLoad{"uint16_t", "fusor_f16(", ")"};
-  case DType::bf16: return simd::StorageLoad{"uint16_t", "fusor_bf16(", ")"};
+  case DType::f16: return simd::StorageLoad{"uint16_t", "fusor_f16(", ")", DType::f16};
+  case DType::bf16: return simd::StorageLoad{"uint16_t", "fusor_bf16(", ")", DType::bf16};
   case DType::fp8_e4m3:
   case DType::fp8_e5m2: break;
   }
@@ -165,10 +165,9 @@ Expected<KernelSource> emit_lane(const Region& region, const EmitOptions& option
       return unsupported(kind, "only GEMM-rooted kinds (fused, matmul, gated) and attention", lane);
     if (auto why = host_lacks_amx_bf16()) return unsupported(kind, *why, lane);
     const auto* f = std::get_if<FusedRegion>(&region);
-    // Attention's P·V multiplies f32 probabilities: three parts on both sides whatever the storage.
-    const bool any_f32 = kind == RegionKind::attention;
-    tuning.amx_parts_a = simd::amx_parts(storage, any_f32 || (f && !f->prologue().empty()));
-    tuning.amx_parts_b = simd::amx_parts(storage, any_f32);
+    // Attention: A, B are Q, K (the scores); V has as many parts and the probabilities three.
+    tuning.amx_parts_a = simd::amx_parts(storage, f && !f->prologue().empty());
+    tuning.amx_parts_b = simd::amx_parts(storage, false);
   }
   std::string body;
   if (const auto* f = std::get_if<FusedRegion>(&region)) {
@@ -200,11 +199,12 @@ Expected<KernelSource> emit_lane(const Region& region, const EmitOptions& option
   head += kCommonHelpers;
   head += "#define FUSOR_SERIAL_BELOW " + std::to_string(tuning.serial) + ".0\n";
   if (tuning.amx)
-    head += simd::amx_source(tuning.amx_parts_a, tuning.amx_parts_b, tuning.exact != 0) +
-            simd::amx_product_source(tuning.amx_parts_a, tuning.amx_parts_b, tuning.exact != 0) +
+    head += simd::amx_source(tuning.amx_parts_a, tuning.amx_parts_b) +
             (kind == RegionKind::attention
-                 ? simd::transpose16_source() + simd::amx_tile_queue_source()
-                 : simd::amx_packing_ukr_source(tuning.amx_parts_a, tuning.amx_parts_b, tuning.exact != 0));
+                 ? simd::transpose16_source() + simd::amx_attention_queue_source(tuning.amx_parts_a, tuning.amx_parts_b,
+                                                                                 tuning.amx_parts_b, tuning.exact != 0)
+                 : simd::amx_ukr_source(tuning.amx_parts_a, tuning.amx_parts_b, tuning.exact != 0, "fusor_amx_ukr") +
+                       simd::amx_packing_ukr_source(tuning.amx_parts_a, tuning.amx_parts_b, tuning.exact != 0));
   else if (gemm_kind || kind == RegionKind::attention)
     head += simd::micro_kernel_source(tuning.mr);
   if (gemm_kind || kind == RegionKind::attention || kind == RegionKind::pointwise)

@@ -198,8 +198,8 @@ TEST(X86Simd, MatmulAndGatedRagged) {
 }
 
 // The GEMM epilogue runs 16 lanes at a time when every op of the chain renders over __m512
-// and operands are f32; selects (relu) and 16-bit operands keep the compiler-vectorised
-// float loop. Either way the oracle passes the kernel.
+// (16-bit bias and residual widened as they load); selects (relu) keep the
+// compiler-vectorised float loop. Either way the oracle passes the kernel.
 TEST(X86Simd, GemmEpilogueVectorPathAndFallback) {
   REQUIRE_AVX512();
   const auto& v16 = codegen::c99_avx512_dialect();
@@ -222,7 +222,12 @@ TEST(X86Simd, GemmEpilogueVectorPathAndFallback) {
   EXPECT_NE(source("fused { epilogue = [bias, gelu_erf] }").find(vector_store), std::string::npos);
   EXPECT_NE(source("fused { epilogue = [tanh]; residual = true }").find(vector_store), std::string::npos);
   EXPECT_EQ(source("fused { epilogue = [bias, relu] }").find(vector_store), std::string::npos);
-  EXPECT_EQ(source("fused { epilogue = [bias, gelu]; storage = f16 }").find(vector_store), std::string::npos);
+  for (const char* storage : {"f16", "bf16"}) {
+    const std::string text =
+        std::string("fused { epilogue = [bias, gelu]; residual = true; storage = ") + storage + " }";
+    EXPECT_NE(source(text).find(vector_store), std::string::npos) << storage;
+    expect_matches_reference(region_of(text), gemm(33, 40, 70), 16, 1.0); // ragged columns: masked widening loads
+  }
   // A is packed 16 k at a time through a register transpose when f32, row-major and the
   // prologue renders over __m512 (whole 14-row panels; tails and partial panels scalar).
   const std::string silu_prologue = "fused { prologue = [silu]; epilogue = [bias] }";

@@ -292,15 +292,15 @@ std::string amx_product_source(int nsa, int nsb, bool exact, const std::string& 
   return s;
 }
 
-std::string amx_packing_ukr_source(int nsa, int nsb, bool exact) {
+std::string amx_packing_ukr_source(int nsa, int nsb, bool exact, const StorageLoad& ld) {
   const std::vector<Product> ps = ordered_products(nsa, nsb, exact);
-  // f32 B ([K, N], not transposed) packed one unit at a time: rows k and k + 1 of one
-  // 16-column half of one panel, their parts interleaved into one 32-bit lane per column
-  // (row k in the low half), the pair TDPBF16PS multiplies. k outer: each row of B is read
-  // in one run across the block's panels, which the prefetcher follows.
-  std::string s = R"(typedef struct {
-  const float* b;
-  const float* b2; /* a gated region's second weight (panels of 16 | 16 columns), else NULL */
+  // B ([K, N], not transposed) packed one unit at a time: rows k and k + 1 of one 16-column
+  // half of one panel, their parts interleaved into one 32-bit lane per column (row k in the
+  // low half), the pair TDPBF16PS multiplies. k outer: each row of B is read in one run
+  // across the block's panels, which the prefetcher follows.
+  const std::string T = ld.type;
+  std::string s = "typedef struct {\n  const " + T + "* b;\n  const " + T + "* b2;" +
+                  R"( /* a gated region's second weight (panels of 16 | 16 columns), else NULL */
   uint16_t* bp;
   uint16_t* cf;
   int64_t n, pc, kc, kcp, pb, pn, k, pp;
@@ -311,14 +311,17 @@ static inline __attribute__((always_inline)) void fusor_bpack_unit(fusor_bpack* 
   const int64_t k = u->k, pp = u->pp, cw = u->b2 ? 16 : 32;
   const int h = u->h;
   const int64_t c0 = (u->pb + pp) * cw, w = u->n - c0 < cw ? u->n - c0 : cw;
-  const float* src = u->b2 && h ? u->b2 : u->b;
+)" + "  const " + T +
+                  R"(* src = u->b2 && h ? u->b2 : u->b;
   const int64_t j0 = u->b2 ? c0 : c0 + h * 16, left = u->b2 ? w : w - h * 16;
   const __mmask16 cm = fusor_mask16(left);
   /* Rows 16 ahead toward L1: spread between tile products, the prefetcher's streams lag. */
   _mm_prefetch((const char*)(src + (u->pc + k + 16) * u->n + j0), _MM_HINT_T0);
   _mm_prefetch((const char*)(src + (u->pc + k + 17) * u->n + j0), _MM_HINT_T0);
-  const __m512 x0 = _mm512_maskz_loadu_ps(k < u->kc ? cm : 0, src + (u->pc + k) * u->n + j0);
-  const __m512 x1 = _mm512_maskz_loadu_ps(k + 1 < u->kc ? cm : 0, src + (u->pc + k + 1) * u->n + j0);
+  const __m512 x0 = )" +
+                  ld.load16("k < u->kc ? cm : 0", "src + (u->pc + k) * u->n + j0") + R"(;
+  const __m512 x1 = )" +
+                  ld.load16("k + 1 < u->kc ? cm : 0", "src + (u->pc + k + 1) * u->n + j0") + R"(;
   uint16_t* dk = u->bp + pp * FUSOR_NSB * u->kcp * 32 + k * 32 + h * 32;
   u->cf[pp * 2 + h] |= fusor_store_pairs(x0, x1, dk, u->kcp * 32, FUSOR_NSB);
   if (++u->h == 2) {
@@ -414,7 +417,7 @@ std::string amx_pack_b(const GemmPlan& plan, const StorageLoad& ld, const std::s
   const bool gated = plan.gate.has_value();
   const std::string CW = gated ? "16" : "32";
   std::string s;
-  if (ld.type == "float" && !plan.b_trans) {
+  if (!plan.b_trans) {
     // fusor_bpack's units (amx_packing_ukr_source), all at once.
     s += I + "{\n";
     s += I + "  fusor_bpack u = {B, " + std::string(gated ? "B2" : "NULL") +
@@ -426,7 +429,7 @@ std::string amx_pack_b(const GemmPlan& plan, const StorageLoad& ld, const std::s
   s += I + "for (int64_t pp = 0; pp < pn; ++pp) {\n";
   s += I + "  uint16_t* restrict base = bp + pp * FUSOR_NSB * kcp * 32;\n";
   s += I + "  const int64_t c0 = (pb + pp) * " + CW + ", w = N - c0 < " + CW + " ? N - c0 : " + CW + ";\n";
-  // Other storage or a transposed B: element by element (16-bit storage: fewer parts).
+  // A transposed B: element by element.
   {
     const std::string b_index = plan.b_trans ? "(c0 + j) * K + pc + k" : "(pc + k) * N + c0 + j";
     std::string value = ld.load("B", b_index);

@@ -108,11 +108,11 @@ std::string amx_pack_row_chunk(const AmxRowChunk& chunk, const StorageLoad& ld, 
 // C tiles); the micro-kernel `name` for nsa x nsb parts; its part products one at a time
 // (fusor_amx_product<suffix>, so vector work can run between them); and
 // `fusor_amx_ukr_packing`, the micro-kernel packing B's next panels between its products
-// (GEMM-rooted kinds with f32 B not transposed).
+// (GEMM-rooted kinds with B not transposed).
 std::string amx_source(int nsa, int nsb);
 std::string amx_ukr_source(int nsa, int nsb, bool exact, const std::string& name);
 std::string amx_product_source(int nsa, int nsb, bool exact, const std::string& suffix);
-std::string amx_packing_ukr_source(int nsa, int nsb, bool exact);
+std::string amx_packing_ukr_source(int nsa, int nsb, bool exact, const StorageLoad& ld);
 std::string amx_pack_a(const GemmPlan& plan, const StorageLoad& ld, const std::string& indent);
 std::string amx_pack_b(const GemmPlan& plan, const StorageLoad& ld, const std::string& indent);
 // Packing flags the rows of A (rf[row - i0]) and the columns of B (cf[(panel - p_lo) * 2 +

@@ -204,7 +204,7 @@ Expected<KernelSource> emit_lane(const Region& region, const EmitOptions& option
                  ? simd::transpose16_source() + simd::amx_attention_queue_source(tuning.amx_parts_a, tuning.amx_parts_b,
                                                                                  tuning.amx_parts_b, tuning.exact != 0)
                  : simd::amx_ukr_source(tuning.amx_parts_a, tuning.amx_parts_b, tuning.exact != 0, "fusor_amx_ukr") +
-                       simd::amx_packing_ukr_source(tuning.amx_parts_a, tuning.amx_parts_b, tuning.exact != 0));
+                       simd::amx_packing_ukr_source(tuning.amx_parts_a, tuning.amx_parts_b, tuning.exact != 0, ld));
   else if (gemm_kind || kind == RegionKind::attention)
     head += simd::micro_kernel_source(tuning.mr);
   if (gemm_kind || kind == RegionKind::attention || kind == RegionKind::pointwise)

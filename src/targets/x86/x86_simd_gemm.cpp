@@ -211,7 +211,7 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
   s += "  if (M == 0 || N == 0) return 0;\n";
   const bool amx = tuning.amx;
   // AMX with f32 B [K, N]: B's next panels are packed between the tile products.
-  const bool overlap = amx && tuning.overlap != 0 && T == "float" && !plan.b_trans;
+  const bool overlap = amx && tuning.overlap != 0 && !plan.b_trans;
   if (amx) s += "  if (!fusor_amx_permit()) return " + std::to_string(codegen::kKernelNoTileState) + ";\n";
   // K blocks of at most `kc`, evenly sized: fewer blocks mean fewer partial-sum round trips
   // through `out`, and a micro-panel streamed from L2 costs the micro-kernel little.
@@ -337,12 +337,12 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
   s += "                if (!last) continue;\n              }\n";
   if (amx) s += amx_special_fixup(plan, ld, "              ");
   // The last K block: the tile holds the whole sums; the epilogue reads only L1. When every
-  // op renders over __m512 (and operands are f32) it runs 16 lanes at a time with
-  // fusor_expf16 and masked edges; otherwise the host compiler vectorises the float loop.
+  // op renders over __m512 it runs 16 lanes at a time with fusor_expf16 and masked edges
+  // (16-bit bias and residual widened as they load); otherwise the host compiler vectorises
+  // the float loop.
   std::vector<Op> ops = plan.epilogue;
   if (gated) ops.push_back(*plan.gate);
-  const bool vector_epilogue =
-      T == "float" && std::all_of(ops.begin(), ops.end(), [&](Op op) { return codegen::renders_in(v16, op); });
+  const bool vector_epilogue = std::all_of(ops.begin(), ops.end(), [&](Op op) { return codegen::renders_in(v16, op); });
   s += "              for (int64_t r = 0; r < rows; ++r) {\n";
   s += "                const float* restrict t = tile + r * 32;\n";
   s += "                float* restrict o = out + (r0 + r) * N + c0;\n";
@@ -363,10 +363,10 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
     s += codegen::render_gemm_epilogue(ed, plan.gate, {}, "", "", "                  ");
   } else {
     const std::string bias_load = !has_bias         ? ""
-                                  : vector_epilogue ? "_mm512_maskz_loadu_ps(m, bias + c0 + j)"
+                                  : vector_epilogue ? ld.load16("m", "bias + c0 + j")
                                                     : ld.load("bias", "c0 + j");
     const std::string res_load = !plan.residual    ? ""
-                                 : vector_epilogue ? "_mm512_maskz_loadu_ps(m, res + (r0 + r) * N + c0 + j)"
+                                 : vector_epilogue ? ld.load16("m", "res + (r0 + r) * N + c0 + j")
                                                    : ld.load("res", "(r0 + r) * N + c0 + j");
     s += codegen::render_gemm_epilogue(ed, std::nullopt, plan.epilogue, bias_load, res_load, "                  ");
   }

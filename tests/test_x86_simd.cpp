@@ -462,6 +462,32 @@ TEST(X86Simd, VectorExp16ErrorBoundsAndSpecialValues) {
   EXPECT_GE(sv[10], FLT_MIN);
 }
 
+// 2^x without the Cody-Waite split (attention's softmax, log2 e folded into its scale).
+TEST(X86Simd, VectorExp2_16ErrorBoundsAndSpecialValues) {
+  REQUIRE_AVX512();
+  const auto ex = grid(-125.0, 127.9, 400001);
+  const auto e = measure(ex, run_avx512("fusor_exp2f16(v)", ex), [](double x) { return std::exp2(x); });
+  std::printf("vector exp2_16: max rel err %.3g\n", e.max_rel);
+  EXPECT_LT(e.max_rel, 1.5e-7);
+  const float inf = INFINITY, nan = NAN;
+  const auto sv = run_avx512("fusor_exp2f16(v)", {nan, inf, -inf, 0.0f, -0.0f, 128.0f, -1000.0f, 1e30f, -126.5f,
+                                                  -126.0f, -125.6f, 3.0f, -0.5f});
+  ASSERT_EQ(sv.size(), 13u);
+  EXPECT_TRUE(std::isnan(sv[0]));
+  EXPECT_EQ(sv[1], inf);
+  EXPECT_EQ(sv[2], 0.0f);
+  EXPECT_EQ(sv[3], 1.0f);
+  EXPECT_EQ(sv[4], 1.0f);
+  EXPECT_EQ(sv[5], inf); // 2^128 > FLT_MAX
+  EXPECT_EQ(sv[6], 0.0f);
+  EXPECT_EQ(sv[7], inf);
+  EXPECT_EQ(sv[8], 0.0f); // below FLT_MIN: 0, never a (slow) denormal
+  EXPECT_EQ(sv[9], FLT_MIN);
+  EXPECT_GE(sv[10], FLT_MIN);
+  EXPECT_EQ(sv[11], 8.0f); // integers are exact: r = 0
+  EXPECT_NEAR(sv[12], std::sqrt(0.5), 1e-7);
+}
+
 TEST(X86Simd, VectorTanhErf16ErrorBoundsAndSpecialValues) {
   REQUIRE_AVX512();
   const auto tx = grid(-12.0, 12.0, 400001);

@@ -3,8 +3,9 @@
 // 32 rows (the tile's). Scores Q·Kᵀ: K of every KV head is packed once as bf16 parts in
 // 32-key panels ([part][feature / 2][key][feature % 2]: features are the contraction), each
 // query block as [part][feature / 32][row][32]. The online softmax stays on zmm. P·V: the
-// block's probabilities are split into parts ([part][key / 32][row][32]) and multiplied
-// with V packed once per KV head ([part][key / 2][column][key % 2], 32-column panels),
+// block's probabilities are split into parts ([part][key / 32][row][32], keys j and j + 16
+// of a panel paired) and multiplied with V packed once per KV head with the same pairing
+// ([part][pair][column][2], 32-column panels),
 // accumulating into output rows padded to whole 32-column tiles. The tile work of the
 // neighbouring block steps runs between the softmax's chunks, so the tile unit and the
 // vector units work at once (amx_attention_steps).
@@ -198,7 +199,7 @@ static inline int64_t fusor_att_next(int64_t t, int64_t nsteps, int64_t nsub, in
 
 std::string amx_attention_split_row(const std::string& hook) {
   // Row rr's probabilities (0 past its keys) from chunk sfrom on as bf16 parts
-  // [part][key / 32][row][32].
+  // [part][key / 32][row][32], keys j and j + 16 of the panel paired (pair_halves).
   std::string s;
   s += "          for (int64_t k0 = sfrom; k0 < nbkp; k0 += 32) {\n";
   s += hook;
@@ -211,6 +212,7 @@ std::string amx_attention_split_row(const std::string& hook) {
   c.part_stride = "nbkp * 32";
   c.parts = "FUSOR_NSP";
   c.finite_or_nan = true;
+  c.pair_halves = true;
   s += amx_pack_row_chunk(c, StorageLoad{"float", "", ""}, "            ");
   s += "          }\n";
   return s;
@@ -222,7 +224,7 @@ std::string amx_attention_split_chunk() {
          "              __m512i q0[3], q1[3];\n"
          "              fusor_split16_fn(e0, &q0[0], &q0[1], &q0[2]);\n"
          "              fusor_split16_fn(e1, &q1[0], &q1[1], &q1[2]);\n"
-         "              fusor_store_runs(q0, q1, pp + j * 32 + rr * 32, nbkp * 32, FUSOR_NSP);\n"
+         "              fusor_store_halves(q0, q1, pp + j * 32 + rr * 32, nbkp * 32, FUSOR_NSP);\n"
          "            }\n";
 }
 
@@ -316,8 +318,9 @@ std::string amx_attention_steps(const AttentionRegion& r, const StorageLoad& ld,
 }
 
 std::string amx_attention_pack_v(const StorageLoad& ld) {
-  // Keys k and k + 1, 16 columns at a time, interleave into one 32-bit lane per column (the
-  // pair TDPBF16PS multiplies); keys past Nk and columns past Dv are zero.
+  // Keys ka and ka + 16 of each 32-key panel (the probabilities' pairing, pair_halves), 16
+  // columns at a time, interleave into one 32-bit lane per column (the pair TDPBF16PS
+  // multiplies); keys past Nk and columns past Dv are zero.
   std::string s;
   s += "    #pragma omp for schedule(static)\n";
   s += "    for (int64_t hp = 0; hp < nkv * ndp; ++hp) {\n";
@@ -329,8 +332,9 @@ std::string amx_attention_pack_v(const StorageLoad& ld) {
   s += "        for (int h = 0; h < 2; ++h) {\n";
   s += "          const int64_t left = w - h * 16;\n";
   s += "          const __mmask16 cm = fusor_mask16(left);\n";
-  s += "          const __m512 x0 = " + ld.load16("k < Nk ? cm : 0", "vh + k * Dv + c0 + h * 16") + ";\n";
-  s += "          const __m512 x1 = " + ld.load16("k + 1 < Nk ? cm : 0", "vh + (k + 1) * Dv + c0 + h * 16") + ";\n";
+  s += "          const int64_t ka = (k & ~(int64_t)31) + (k & 31) / 2, kb = ka + 16;\n";
+  s += "          const __m512 x0 = " + ld.load16("ka < Nk ? cm : 0", "vh + ka * Dv + c0 + h * 16") + ";\n";
+  s += "          const __m512 x1 = " + ld.load16("kb < Nk ? cm : 0", "vh + kb * Dv + c0 + h * 16") + ";\n";
   s += "          bad |= fusor_store_pairs(x0, x1, dst + k * 32 + h * 32, Nkp * 32, FUSOR_NSV);\n";
   s += "        }\n";
   s += "      vfl[hp] = bad != 0;\n";

@@ -208,14 +208,23 @@ static inline __mmask16 fusor_mask16(int64_t n) {
   return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1u);
 }
 
+/* Parts of 16 + 16 values as 16 pairs (lo[j], hi[j]) per part, parts stride apart: a part is
+   a bf16 in the top half of its lane, so a shift and one ternary-logic op ((hi & top) | lo >> 16)
+   pack two. The mask matters: fusor_split16_fn's last part is denormal in f32 (its low half not
+   zero) for values near FLT_MIN, and would write into its neighbour's bf16. */
+static inline void fusor_store_halves(const __m512i* lo, const __m512i* hi, uint16_t* dst, int64_t stride, int ns) {
+  const __m512i top = _mm512_set1_epi32((int)0xFFFF0000u);
+  for (int s = 0; s < ns; ++s)
+    _mm512_storeu_si512(dst + s * stride, _mm512_ternarylogic_epi32(hi[s], top, _mm512_srli_epi32(lo[s], 16), 0xEA));
+}
+
 /* Rows k (x0) and k + 1 (x1) of 16 columns as the pairs TDPBF16PS multiplies: part s of
    column j at dst[s * stride + 2j] (row k) and dst[s * stride + 2j + 1]. Returns the
    columns holding a value that is not finite. */
 static inline __mmask16 fusor_store_pairs(__m512 x0, __m512 x1, uint16_t* dst, int64_t stride, int ns) {
   __m512i p0[3], p1[3];
   const __mmask16 bad = fusor_split16(x0, &p0[0], &p0[1], &p0[2]) | fusor_split16(x1, &p1[0], &p1[1], &p1[2]);
-  for (int s = 0; s < ns; ++s)
-    _mm512_storeu_si512(dst + s * stride, _mm512_or_si512(_mm512_srli_epi32(p0[s], 16), p1[s]));
+  fusor_store_halves(p0, p1, dst, stride, ns);
   return bad;
 }
 
@@ -370,7 +379,8 @@ std::string amx_pack_row_chunk(const AmxRowChunk& c, const StorageLoad& ld, cons
     s += c.finite_or_nan ? I + "  fusor_split16_fn(v, &p[h][0], &p[h][1], &p[h][2]);\n"
                          : I + "  if (fusor_split16(v, &p[h][0], &p[h][1], &p[h][2])) " + c.flag + " = 1;\n";
     s += I + "}\n";
-    s += I + "fusor_store_runs(p[0], p[1], " + c.dst + ", " + c.part_stride + ", " + c.parts + ");\n";
+    s += I + (c.pair_halves ? "fusor_store_halves" : "fusor_store_runs") + "(p[0], p[1], " + c.dst + ", " +
+         c.part_stride + ", " + c.parts + ");\n";
   } else {
     s += I + "for (int64_t t = 0; t < 32; ++t) {\n";
     s += I + "  float v = 0.0f;\n";
@@ -379,7 +389,8 @@ std::string amx_pack_row_chunk(const AmxRowChunk& c, const StorageLoad& ld, cons
     s += codegen::render_unary_chain(codegen::c99_simd_dialect(), c.prologue, "v", "", I + "    ");
     s += I + "  }\n";
     if (!c.finite_or_nan) s += I + "  if (!isfinite(v)) " + c.flag + " = 1;\n";
-    s += I + "  fusor_store_parts(v, " + c.dst + " + t, " + c.part_stride + ", " + c.parts + ");\n";
+    s += I + "  fusor_store_parts(v, " + c.dst + (c.pair_halves ? " + (t & 15) * 2 + (t >> 4)" : " + t") + ", " +
+         c.part_stride + ", " + c.parts + ");\n";
     s += I + "}\n";
   }
   return s;

@@ -4,7 +4,9 @@
 // AMX, and fusor's time is the faster one's, as its arbiter picks by measurement (both are
 // reported); every other case runs the x86_avx512 lane; --lane runs one lane only.
 // fusor is timed on the kernel call alone (operands already packed into their ABI buffers);
-// each peer on its equivalent calls. `fusor bench` execs this program.
+// each peer on its equivalent calls. The oracle's error is measured on the first rows of the
+// output against the double reference, and each peer's output on the same rows beside it.
+// `fusor bench` execs this program.
 //
 //   fusor-bench SUITE [--filter TEXT] [--json] [--save FILE] [--min-ms MS] [--lane LANE] [--knob K=V]
 //   SUITE: gemm | gated | attention | norm | pointwise | all
@@ -193,6 +195,8 @@ struct Result {
   bool bandwidth = false;
   double err = 0;
   std::string err_note;
+  Tensor ref;                             // the reference over the rows err is measured on
+  std::map<std::string, double> peer_err; // each peer's output against the same reference
   bool verified = false;
   std::string peer_note;
 };
@@ -204,9 +208,15 @@ void measure_error(Result& r, const Region& region, const std::vector<Tensor>& o
                    const std::vector<size_t>& row_operands, std::int64_t rows, const Kernel& k) {
   std::vector<Tensor> sub = operands;
   for (size_t i : row_operands) sub[i] = leading_rows(operands[i], rows);
-  const Tensor ref = must(evaluate_reference(region, sub), "reference");
-  r.err = max_abs_err(k.out.data.data(), ref);
+  r.ref = must(evaluate_reference(region, sub), "reference");
+  r.err = max_abs_err(k.out.data.data(), r.ref);
   r.err_note = "first " + std::to_string(rows) + " rows";
+}
+
+// A peer's error on the same rows (its output row-major like fusor's), so the accuracy a
+// speed-up comes with is read against the peer's, not only against the budget.
+void measure_peer_error(Result& r, const std::string& peer, const float* out) {
+  r.peer_err[peer] = max_abs_err(out, r.ref);
 }
 
 struct Options {
@@ -343,6 +353,12 @@ Result bench_fused(const std::string& name, std::int64_t M, std::int64_t N, std:
 #endif
   const auto med = time_interleaved(fns, opt.min_ms);
   record_times(r, med, names);
+#ifdef FUSOR_BENCH_ONEDNN
+  measure_peer_error(r, "onednn", c1.data());
+#endif
+#ifdef FUSOR_BENCH_OPENBLAS
+  measure_peer_error(r, "openblas", pass.k.out.data.data());
+#endif
   return r;
 }
 
@@ -414,6 +430,12 @@ Result bench_gated(std::int64_t M, std::int64_t K, std::int64_t H, const Options
 #endif
   const auto med = time_interleaved(fns, opt.min_ms);
   record_times(r, med, names);
+#ifdef FUSOR_BENCH_ONEDNN
+  measure_peer_error(r, "onednn", o.data());
+#endif
+#ifdef FUSOR_BENCH_OPENBLAS
+  measure_peer_error(r, "openblas", ek.out.data.data());
+#endif
   return r;
 }
 
@@ -440,11 +462,16 @@ Result bench_attention(std::int64_t S, std::int64_t D, bool causal, const Option
   for (std::int64_t bh = 0; bh < B * H; ++bh)
     std::copy_n(operands[0].data.begin() + bh * S * D, q * D, qs.data.begin() + bh * q * D);
   const Tensor ref = must(evaluate_reference(region, std::vector<Tensor>{qs, operands[1], operands[2]}), "reference");
-  for (std::int64_t bh = 0; bh < B * H; ++bh)
-    for (std::int64_t i = 0; i < q * D; ++i) {
-      const double d = std::fabs(k.out.data[bh * S * D + i] - ref.data[bh * q * D + i]);
-      r.err = std::isnan(d) ? INFINITY : std::max(r.err, d);
-    }
+  const auto error_of = [&](const float* out) {
+    double e = 0;
+    for (std::int64_t bh = 0; bh < B * H; ++bh)
+      for (std::int64_t i = 0; i < q * D; ++i) {
+        const double d = std::fabs(out[bh * S * D + i] - ref.data[bh * q * D + i]);
+        e = std::isnan(d) ? INFINITY : std::max(e, d);
+      }
+    return e;
+  };
+  r.err = error_of(k.out.data.data());
   r.err_note = "first 32 queries of each head";
   std::vector<std::function<void()>> fns{[&] { k.call(); }};
   std::vector<std::string> names;
@@ -496,6 +523,9 @@ Result bench_attention(std::int64_t S, std::int64_t D, bool causal, const Option
 #endif
   const auto med = time_interleaved(fns, opt.min_ms);
   record_times(r, med, names);
+#ifdef FUSOR_BENCH_ONEDNN
+  r.peer_err["onednn"] = error_of(o.data());
+#endif
   return r;
 }
 
@@ -589,6 +619,7 @@ json to_json(const Result& r, double copy_bytes, std::optional<double> peak) {
     }
   }
   j["max_abs_err"] = r.err;
+  for (const auto& [peer, e] : r.peer_err) j[peer + "_max_abs_err"] = e;
   j["err_on"] = r.err_note;
   j["verified"] = r.verified;
   if (!r.peer_note.empty()) j["note"] = r.peer_note;
@@ -614,7 +645,16 @@ void print_human(const json& j) {
                 j["x86_avx512_ms"].get<double>());
   if (j.contains("fraction_of_copy_bw"))
     std::printf(" | %.2f of copy bandwidth", j["fraction_of_copy_bw"].get<double>());
-  std::printf(" | err %.2g%s\n", j["max_abs_err"].get<double>(), j["verified"].get<bool>() ? "" : " UNVERIFIED");
+  std::printf(" | err %.2g", j["max_abs_err"].get<double>());
+  const char* sep = " (";
+  for (const char* peer : {"onednn", "openblas"}) {
+    const std::string key = std::string(peer) + "_max_abs_err";
+    if (!j.contains(key)) continue;
+    std::printf("%s%s %.2g", sep, peer, j[key].get<double>());
+    sep = ", ";
+  }
+  if (std::strcmp(sep, ", ") == 0) std::printf(")");
+  std::printf("%s\n", j["verified"].get<bool>() ? "" : " UNVERIFIED");
   std::fflush(stdout);
 }
 

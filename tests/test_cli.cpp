@@ -452,8 +452,8 @@ TEST_F(CliLanes, RunWithoutArgumentsRunsTheEmbeddedModel) {
 }
 
 // `fusor bench --json`: one JSON object per case with fusor's time and rate, each peer's time
-// and ratio, the oracle's error, and the FMA-peak columns. No timing is asserted, only that
-// the fields are there and consistent with each other.
+// and ratio, the oracle's error and each peer's on the same rows, and the FMA-peak columns. No
+// timing is asserted, only that the fields are there and consistent with each other.
 TEST_F(CliLanes, BenchPrintsOneJsonObjectPerCase) {
   if (!fs::exists(fs::path(FUSOR_BIN).parent_path() / "fusor-bench")) GTEST_SKIP() << "fusor-bench is not built";
   if (!(__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
@@ -481,6 +481,10 @@ TEST_F(CliLanes, BenchPrintsOneJsonObjectPerCase) {
       ++peers;
       const double ratio = j.at(peer + "_ratio").get<double>();
       EXPECT_NEAR(ratio, value.get<double>() / fusor_ms, 1e-9 * ratio) << peer;
+      // Each peer's output against the same reference rows (a GEMM peer is an f32 GEMM: near fusor's).
+      const double peer_err = j.at(peer + "_max_abs_err").get<double>();
+      EXPECT_GT(peer_err, 0.0) << peer;
+      EXPECT_LT(peer_err, 1e-3) << peer;
       // The ratio a kernel at the FMA peak would reach: this ratio over fusor's share of the peak.
       EXPECT_NEAR(j.at(peer + "_ratio_at_peak").get<double>(), ratio / fraction, 1e-6 * ratio / fraction) << peer;
     }

@@ -103,9 +103,9 @@ struct AmxRowChunk {
   // is unused), and a NaN's parts are NaN, so the split skips the special-value handling.
   bool finite_or_nan = false;
   // Element t at dst + 2 (t % 16) + t / 16: values t and t + 16 form one pair (attention's
-  // probabilities; V is packed with the same pairing). The packing is then a shift and an or
-  // per 16-bit pair instead of VCVTNE2PS2BF16, which shares its unit with the tile products
-  // (measured: 2 of them per tile product hide a third of their time; shifts and ors hide).
+  // probabilities; V is packed with the same pairing). A part's pair is then a shift and one
+  // ternary-logic op instead of VCVTNE2PS2BF16, which barely runs beside tile products (a
+  // probe: 14-57 % of its time hid behind them; shifts and logic hide entirely).
   bool pair_halves = false;
 };
 std::string amx_pack_row_chunk(const AmxRowChunk& chunk, const StorageLoad& ld, const std::string& indent);

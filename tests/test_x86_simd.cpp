@@ -471,8 +471,8 @@ TEST(X86Simd, VectorExp2_16ErrorBoundsAndSpecialValues) {
   EXPECT_LT(e.max_rel, 1.5e-7);
   const float inf = INFINITY, nan = NAN;
   const auto sv = run_avx512("fusor_exp2f16(v)", {nan, inf, -inf, 0.0f, -0.0f, 128.0f, -1000.0f, 1e30f, -126.5f,
-                                                  -126.0f, -125.6f, 3.0f, -0.5f});
-  ASSERT_EQ(sv.size(), 13u);
+                                                  -126.0f, -125.6f, 3.0f, -0.5f, -3.0f, -1e-7f});
+  ASSERT_EQ(sv.size(), 15u);
   EXPECT_TRUE(std::isnan(sv[0]));
   EXPECT_EQ(sv[1], inf);
   EXPECT_EQ(sv[2], 0.0f);
@@ -486,6 +486,8 @@ TEST(X86Simd, VectorExp2_16ErrorBoundsAndSpecialValues) {
   EXPECT_GE(sv[10], FLT_MIN);
   EXPECT_EQ(sv[11], 8.0f); // integers are exact: r = 0
   EXPECT_NEAR(sv[12], std::sqrt(0.5), 1e-7);
+  EXPECT_EQ(sv[13], 0.125f);        // floor(x) = x: r = 0 whatever the sign
+  EXPECT_NEAR(sv[14], 1.0, 1.5e-7); // r just below 1, floor(x) = -1
 }
 
 TEST(X86Simd, VectorTanhErf16ErrorBoundsAndSpecialValues) {

@@ -271,8 +271,8 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   // over the raw scores and e^(scale * s - m) is one fmsub, so no scaled copy is stored.
   const bool fold = r.scale() > 0;
   // The table's e^d, evaluated as 2^(d·log2 e) with log2 e folded into that fmsub's scale:
-  // maxima, d and the rescale exponent are then in base-2 units, and fusor_exp2f16 skips the
-  // Cody-Waite reduction (three of fourteen instructions per 16 probabilities). Only where the
+  // maxima, d and the rescale exponent are then in base-2 units, and fusor_exp2f16 needs no
+  // Cody-Waite reduction nor rounding (9 instructions per 16 probabilities instead of 14). Only where the
   // table spells the accumulate step as expf, so a changed formula is never misread.
   std::string exp_vec = codegen::render_row_norm_accumulate(v, RowNorm::softmax, "@");
   std::string exp_one = codegen::render_row_norm_accumulate(d, RowNorm::softmax, "dm");

@@ -253,7 +253,7 @@ std::string score_fixup(const AttentionRegion& r, const StorageLoad& ld) {
 }
 
 // Tile jobs: the scores of step `st` into buffer `buf`, and P·V of step `st` (its parts in
-// `parts`) added into its output rows.
+// `parts`) added into its output rows, or written there by the first key block.
 std::string scores_job(const std::string& st, const std::string& buf) {
   return "(fusor_tile_job){.a = qp + " + st + ".sb * FUSOR_NSA * Dp * 32, .pa = Dp * 32, .b = kp + (kvh * nkb + " + st +
          ".n0 / 32) * FUSOR_NSB * Dp * 32, .pb = Dp * 32, .bblk = FUSOR_NSB * Dp * 32, .c = " + buf +
@@ -263,7 +263,8 @@ std::string scores_job(const std::string& st, const std::string& buf) {
 std::string pv_job(const std::string& st, const std::string& parts) {
   return "(fusor_tile_job){.a = " + parts + ", .pa = " + st + ".nbkp * 32, .b = vp + (kvh * ndp * FUSOR_NSV * Nkp + " +
          st + ".n0) * 32, .pb = Nkp * 32, .bblk = FUSOR_NSV * Nkp * 32, .c = ob + " + st +
-         ".sb * MRP * LDO, .ldc = LDO, .cblk = 32, .kc = " + st + ".nbkp, .nblk = ndp, .cin = 1, .pv = 1}";
+         ".sb * MRP * LDO, .ldc = LDO, .cblk = 32, .kc = " + st + ".nbkp, .nblk = ndp, .cin = " + st +
+         ".n0 > 0, .pv = 1}";
 }
 
 } // namespace

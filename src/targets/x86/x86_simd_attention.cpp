@@ -152,6 +152,7 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
     s += "  if (!vf) return 2;\n";
   }
   s += "  int failed = 0;\n";
+  if (!causal) s += "  int64_t claim = 0; /* the next (head, query block) no thread has taken */\n";
   s += "  " + omp_parallel("nbh * M * Nk * (D + Dv)") + "\n  {\n";
   if (amx) s += "    fusor_amx_config();\n";
   // K of every KV head, packed once: [head][key panel][D][32], keys past Nk zero.
@@ -215,16 +216,37 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   // (zeroing whole buffers took 1.3 % of attention's time at S = 512).
   s += "      for (int b_ = 0; b_ < " + std::string(amx ? "2" : "1") +
        "; ++b_) memset(sp + b_ * spn + FUSOR_MR * NB, 0, sizeof(float) * (size_t)((MRP - FUSOR_MR) * NB));\n    }\n";
-  s += "    const int64_t nqb = fusor_cdiv(M, qs * FUSOR_MR);\n";
-  s += "    #pragma omp for schedule(dynamic, 1)\n";
-  s += "    for (int64_t item = 0; item < nbh * nqb; ++item) {\n";
-  s += "      if (!qp || !ob || !sp) continue;\n";
-  // Causal items grow with their query block: the last blocks of every head go first, so the
-  // dynamic schedule ends on small items instead of one thread finishing a large one alone.
-  s += causal ? "      const int64_t bh = item % nbh, q0 = (nqb - 1 - item / nbh) * qs * FUSOR_MR;\n"
-              : "      const int64_t bh = item / nqb, q0 = (item % nqb) * qs * FUSOR_MR;\n";
+  if (causal) {
+    // Causal items grow with their query block: the last blocks of every head go first, so the
+    // dynamic schedule ends on small items instead of one thread finishing a large one alone.
+    s += "    const int64_t nqb = fusor_cdiv(M, qs * FUSOR_MR);\n";
+    s += "    #pragma omp for schedule(dynamic, 1)\n";
+    s += "    for (int64_t item = 0; item < nbh * nqb; ++item) {\n";
+    s += "      if (!qp || !ob || !sp) continue;\n";
+    s += "      const int64_t bh = item % nbh, q0 = (nqb - 1 - item / nbh) * qs * FUSOR_MR, qn = qs;\n";
+  } else {
+    // Items claimed guided-style from the (head, query block) sequence: up to qs blocks within
+    // one head, but no more than a (2 x threads)th of what is left, so the last items are small
+    // and a thread that finishes early (a core running faster) takes more of them; equal items
+    // left one thread waiting up to a quarter of its time at the end when the two cores' tile
+    // rates differed.
+    s += "    const int64_t nqm = fusor_cdiv(M, FUSOR_MR), nall = nbh * nqm;\n";
+    s += "    for (;;) {\n";
+    s += "      int64_t u = __atomic_load_n(&claim, __ATOMIC_RELAXED), qn = 0;\n";
+    s += "      while (u < nall) {\n";
+    s += "        const int64_t in_head = nqm - u % nqm;\n";
+    s += "        qn = fusor_cdiv(nall - u, 2 * nthreads);\n";
+    s += "        qn = qn < 2 ? 2 : qn;\n";
+    s += "        qn = qn > qs ? qs : qn; /* the scratch holds qs blocks */\n";
+    s += "        qn = qn > in_head ? in_head : qn;\n";
+    s += "        if (__atomic_compare_exchange_n(&claim, &u, u + qn, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) break;\n";
+    s += "      }\n";
+    s += "      if (u >= nall) break;\n";
+    s += "      if (!qp || !ob || !sp) continue;\n";
+    s += "      const int64_t bh = u / nqm, q0 = (u % nqm) * FUSOR_MR;\n";
+  }
   s += "      const int64_t b = bh / heads, h = bh % heads, kvh = b * kv_heads + h / group;\n";
-  s += "      const int64_t qrows = M - q0 < qs * FUSOR_MR ? M - q0 : qs * FUSOR_MR, nsub = fusor_cdiv(qrows, "
+  s += "      const int64_t qrows = M - q0 < qn * FUSOR_MR ? M - q0 : qn * FUSOR_MR, nsub = fusor_cdiv(qrows, "
        "FUSOR_MR);\n";
   s += "      const " + T + "* restrict qh = Q + bh * M * D;\n";
   if (amx) s += "      const " + T + "* restrict kh = Kt + kvh * Nk * D;\n";
@@ -250,12 +272,15 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
     s += "        }\n      }\n";
   }
   s += "      for (int64_t rr = 0; rr < qs * FUSOR_MR; ++rr) { mall[rr] = -INFINITY; lall[rr] = 0.0f; }\n";
-  s += "      memset(ob, 0, sizeof(float) * (size_t)(nsub * MRP * LDO));\n";
   s += "      const float* restrict vh = vall + kvh * Nk * Dv;\n";
   if (amx) {
     s += "      int vfin = 1;\n";
     s += "      for (int64_t p = 0; p < ndp; ++p) vfin &= !vfl[kvh * ndp + p];\n";
   }
+  // The tile P·V of a query block's first key block starts from zero (cin = 0) and writes
+  // every output row the block has, so only the zmm P·V needs zeroed rows.
+  s += std::string("      ") + (amx ? "if (!vfin) " : "") +
+       "memset(ob, 0, sizeof(float) * (size_t)(nsub * MRP * LDO));\n";
   // Top-left causal: query i sees keys 0..i, so a query block needs keys below i0 + rows only.
   s += std::string("      const int64_t n_all = ") + (causal ? "(q0 + qrows < Nk ? q0 + qrows : Nk)" : "Nk") + ";\n";
   // One online-softmax step per row over the block's visible keys (the statements of one
@@ -347,7 +372,9 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
     t += "          const float ls = _mm512_reduce_add_ps(_mm512_add_ps(ls0, ls1));\n";
     t += "          lrow[rr] = lrow[rr] * alpha + ls;\n          mrow[rr] = mn;\n";
     if (amx) t += "          if (np < nbkp) memset(srow + np, 0, sizeof(float) * (size_t)(nbkp - np));\n";
-    t += "          if (alpha != 1.0f) {\n            float* restrict orow = obs + rr * LDO;\n";
+    // (nothing to rescale before the AMX lane's first tile P·V of the rows, which starts from zero)
+    t += std::string("          if (alpha != 1.0f") + (amx ? " && (n0 > 0 || !vfin)" : "") +
+         ") {\n            float* restrict orow = obs + rr * LDO;\n";
     t += "            #pragma omp simd\n            for (int64_t c = 0; c < Dv; ++c) orow[c] *= alpha;\n          }\n";
     return t;
   };

@@ -282,7 +282,7 @@ std::string amx_attention_steps(const AttentionRegion& r, const StorageLoad& ld,
   s += "      uint16_t* const ppb[2] = {(uint16_t*)(sp + MRP * NB), (uint16_t*)(sp + spn + MRP * NB)};\n";
   s += "      const int64_t nsteps = fusor_cdiv(n_all, NB) * nsub;\n";
   s += "      const int causal = " + std::string(r.causal() ? "1" : "0") + ";\n";
-  s += "      fusor_att_step cur, nxt, prv;\n";
+  s += "      fusor_att_step cur, nxt = {0}, prv = {0}; /* (nxt is read only when it was set) */\n";
   s += "      fusor_tiles tq;\n";
   s += "      int par = 0, have_prv = 0;\n";
   s += "      int64_t t = fusor_att_next(-1, nsteps, nsub, q0, M, Nk, NB, causal, &cur);\n";

@@ -41,6 +41,7 @@
 #include "fusor/region_text.hpp"
 #include "fusor/target.hpp"
 #include "fusor/toolchain.hpp"
+#include "tile_rate.hpp"
 
 #ifdef FUSOR_BENCH_ONEDNN
 #include <oneapi/dnnl/dnnl.hpp>
@@ -665,9 +666,10 @@ std::string today() {
   return buf;
 }
 
-json machine(std::optional<double> peak) {
+json machine(std::optional<double> peak, const std::optional<TileRate>& tiles) {
   json m;
   if (peak) m["fma_peak_gflops"] = *peak;
+  if (tiles) m["amx_tile_ns_per_product"] = tiles->ns_per_product, m["amx_bf16_peak_gflops"] = tiles->gflops;
   m["date"] = today();
   m["isa"] = host_isa();
   std::ifstream cpu("/proc/cpuinfo");
@@ -728,7 +730,7 @@ int run(const Options& opt) {
 
   const std::optional<double> peak = fma_peak_gflops();
   json doc;
-  doc["machine"] = machine(peak);
+  doc["machine"] = machine(peak, tile_rate());
   doc["cases"] = json::array();
   if (!opt.json_lines) std::printf("%s\n", doc["machine"].dump().c_str());
   int ran = 0;
@@ -745,6 +747,12 @@ int run(const Options& opt) {
     ++ran;
   }
   if (ran == 0) die("no case matches suite '" + opt.suite + "' and filter '" + opt.filter + "'");
+  // The tiles' rate may have changed during the run (the x86_amx lane's times with it).
+  if (const auto after = tile_rate()) {
+    doc["machine"]["amx_tile_ns_per_product_after"] = after->ns_per_product;
+    if (!opt.json_lines)
+      std::printf("%s\n", json{{"amx_tile_ns_per_product_after", after->ns_per_product}}.dump().c_str());
+  }
   if (!opt.save.empty()) {
     std::ofstream f(opt.save);
     f << doc.dump(2) << "\n";

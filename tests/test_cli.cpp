@@ -508,3 +508,33 @@ TEST_F(CliLanes, BenchPrintsOneJsonObjectPerCase) {
   EXPECT_FALSE(j.contains("x86_amx_ms"));
   EXPECT_EQ(fusor_env("bench gemm --lane x86_c").code, 2); // not a bench lane
 }
+
+// The saved run records the host's FMA peak and, where AMX runs, the tile rate of every bench
+// thread before and after the cases (shared hosts slow their tiles for minutes at a time).
+TEST_F(CliLanes, BenchSavesTheMachineWithItsTileRate) {
+  if (!fs::exists(fs::path(FUSOR_BIN).parent_path() / "fusor-bench")) GTEST_SKIP() << "fusor-bench is not built";
+  if (!host_has_avx512()) GTEST_SKIP() << "no AVX-512 here: the bench's x86_avx512 lane declines";
+  const fs::path saved = dir_ / "bench.json";
+  const auto r = fusor_env("bench gemm --filter 128x3072 --json --min-ms 1 --save " + saved.string());
+  ASSERT_EQ(r.code, 0) << r.err << r.out;
+  std::ifstream f(saved);
+  const auto doc = nlohmann::json::parse(f);
+  const auto& m = doc.at("machine");
+  EXPECT_GT(m.at("fma_peak_gflops").get<double>(), 0.0);
+  EXPECT_EQ(doc.at("cases").size(), 1u);
+  const bool amx = !host_lacks_amx_bf16();
+  EXPECT_EQ(m.contains("amx_tile_ns_per_product"), amx) << m.dump();
+  if (!amx) return;
+  const int threads = m.at("threads").get<int>();
+  for (const char* key : {"amx_tile_ns_per_product", "amx_tile_ns_per_product_after"}) {
+    ASSERT_EQ(m.at(key).size(), static_cast<size_t>(threads)) << key;
+    // One product is 8 192 multiply-adds: at least a few ns on any AMX core, and far less than a µs.
+    for (const double ns : m.at(key)) {
+      EXPECT_GT(ns, 2.0) << key;
+      EXPECT_LT(ns, 1000.0) << key;
+    }
+  }
+  double gflops = 0;
+  for (const double ns : m.at("amx_tile_ns_per_product")) gflops += 16384.0 / ns;
+  EXPECT_NEAR(m.at("amx_bf16_peak_gflops").get<double>(), gflops, 1e-6 * gflops);
+}

@@ -1,0 +1,20 @@
+// The host's AMX bf16 tile throughput, per bench thread. The shared machines this bench runs
+// on slow their tiles to about a third for minutes at a time, on one core or both, so a run
+// records the rate it started and ended with: a ratio of the x86_amx lane is read against it.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+namespace fusor::bench {
+
+struct TileRate {
+  std::vector<double> ns_per_product; // one TDPBF16PS (16x16x32), per OpenMP thread
+  double gflops = 0;                  // bf16 GFLOP/s of all threads together (a product is 16 384 flops)
+};
+
+// Best of a few ~15 ms runs of independent tile products on register-resident operands, on
+// every OpenMP thread at once; nullopt where this process cannot run AMX bf16 tiles.
+std::optional<TileRate> tile_rate();
+
+} // namespace fusor::bench

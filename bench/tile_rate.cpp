@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <vector>
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -13,9 +14,10 @@
 namespace fusor::bench {
 namespace {
 
-constexpr long kIters = 500'000; // four products each: ~15 ms at full rate
+constexpr int kProducts = 120'000; // part products of four tile products each: ~4 ms at full rate
 constexpr int kRuns = 5;
 constexpr double kFlopsPerProduct = 2.0 * 16 * 16 * 32;
+constexpr int kTiles = 96; // 1 KiB tiles per operand buffer: 2 x 96 KiB, L2-resident like a kernel's panels
 
 // The palette-1 layout LDTILECFG reads.
 struct alignas(64) TileConfig {
@@ -25,40 +27,64 @@ struct alignas(64) TileConfig {
   std::uint8_t rows[16] = {};
 };
 
-// ns per tile product on this thread. In assembly, so the bench needs no AMX compiler flags:
-// accumulators tmm0-3, operands tmm4-7 loaded once with random bf16 (the tiles draw more power,
-// and slow down sooner, on random data than on zeros).
+#define FUSOR_TDP(c, a, b) __asm__ volatile("tdpbf16ps %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::)
+#define FUSOR_TILELOAD(t, p) __asm__ volatile("tileloadd (%0,%1,1), %%tmm" #t ::"r"(p), "r"(64L) : "memory")
+
+// ns per tile product on this thread, fed the way the x86_amx lane's micro-kernels are: C in
+// tmm0-3 (32 x 32), A's two 16-row halves in tmm4-5 and B's in tmm6-7, each part product four
+// TDPBF16PS with one operand pair reloaded from L2 as soon as its last reader has issued
+// (operands random bf16: the tiles draw more power, and slow down sooner, than on zeros). In
+// assembly, so the bench needs no AMX compiler flags. A loop on register-resident operands
+// read 7 to 25 ns on the same host within seconds while this one and the kernels ran at 7.3.
 double one_thread() {
   TileConfig cfg;
   for (int i = 0; i < 8; ++i) cfg.colsb[i] = 64, cfg.rows[i] = 16;
-  alignas(64) std::uint16_t operands[4][512];
+  std::vector<std::uint16_t> a(static_cast<size_t>(kTiles) * 512 + 32), b(a.size());
   std::uint32_t s = 1;
-  for (auto& tile : operands)
-    for (auto& v : tile) {
+  for (auto* v : {&a, &b})
+    for (auto& x : *v) {
       s = s * 1103515245u + 12345u;
-      v = static_cast<std::uint16_t>((0x3c00u + ((s >> 16) & 0x3ffu)) ^ ((s >> 8) & 0x8000u));
+      x = static_cast<std::uint16_t>((0x3c00u + ((s >> 16) & 0x3ffu)) ^ ((s >> 8) & 0x8000u));
     }
-  const long stride = 64;
+  // 64-byte aligned tiles
+  const auto align = [](std::vector<std::uint16_t>& v) {
+    const auto p = reinterpret_cast<std::uintptr_t>(v.data());
+    return v.data() + ((64 - p % 64) % 64) / 2;
+  };
+  const std::uint16_t* const pa = align(a);
+  const std::uint16_t* const pb = align(b);
   __asm__ volatile("ldtilecfg %0" ::"m"(cfg));
-  __asm__ volatile("tileloadd (%0,%1,1), %%tmm4" ::"r"(operands[0]), "r"(stride) : "memory");
-  __asm__ volatile("tileloadd (%0,%1,1), %%tmm5" ::"r"(operands[1]), "r"(stride) : "memory");
-  __asm__ volatile("tileloadd (%0,%1,1), %%tmm6" ::"r"(operands[2]), "r"(stride) : "memory");
-  __asm__ volatile("tileloadd (%0,%1,1), %%tmm7" ::"r"(operands[3]), "r"(stride) : "memory");
+  FUSOR_TILELOAD(4, pa);
+  FUSOR_TILELOAD(5, pa + 512);
+  FUSOR_TILELOAD(6, pb);
+  FUSOR_TILELOAD(7, pb + 512);
   double best = 1e30;
   for (int run = 0; run < kRuns; ++run) {
     __asm__ volatile("tilezero %%tmm0\n\ttilezero %%tmm1\n\ttilezero %%tmm2\n\ttilezero %%tmm3" ::);
     const auto t0 = std::chrono::steady_clock::now();
-    for (long k = 0; k < kIters; ++k)
-      __asm__ volatile("tdpbf16ps %%tmm6, %%tmm4, %%tmm0\n\t"
-                       "tdpbf16ps %%tmm7, %%tmm4, %%tmm1\n\t"
-                       "tdpbf16ps %%tmm6, %%tmm5, %%tmm2\n\t"
-                       "tdpbf16ps %%tmm7, %%tmm5, %%tmm3" ::);
+    for (int p = 0, t = 0; p < kProducts; p += 2, t = (t + 2) % kTiles) {
+      FUSOR_TDP(0, 4, 6); // B's pair reloaded
+      FUSOR_TDP(2, 5, 6);
+      FUSOR_TILELOAD(6, pb + t * 512);
+      FUSOR_TDP(1, 4, 7);
+      FUSOR_TDP(3, 5, 7);
+      FUSOR_TILELOAD(7, pb + (t + 1) * 512);
+      FUSOR_TDP(0, 4, 6); // A's pair reloaded
+      FUSOR_TDP(1, 4, 7);
+      FUSOR_TILELOAD(4, pa + t * 512);
+      FUSOR_TDP(2, 5, 6);
+      FUSOR_TDP(3, 5, 7);
+      FUSOR_TILELOAD(5, pa + (t + 1) * 512);
+    }
     const double s_run = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    best = std::min(best, s_run * 1e9 / (4.0 * kIters));
+    best = std::min(best, s_run * 1e9 / (4.0 * kProducts));
   }
   __asm__ volatile("tilerelease" ::);
   return best;
 }
+
+#undef FUSOR_TILELOAD
+#undef FUSOR_TDP
 
 } // namespace
 

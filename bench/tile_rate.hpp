@@ -13,8 +13,9 @@ struct TileRate {
   double gflops = 0;                  // bf16 GFLOP/s of all threads together (a product is 16 384 flops)
 };
 
-// Best of a few ~15 ms runs of independent tile products on register-resident operands, on
-// every OpenMP thread at once; nullopt where this process cannot run AMX bf16 tiles.
+// Best of a few ~4 ms runs of the lane's micro-kernel pattern (tile products on operands
+// streamed from L2), on every OpenMP thread at once; nullopt where this process cannot run
+// AMX bf16 tiles.
 std::optional<TileRate> tile_rate();
 
 } // namespace fusor::bench

@@ -13,9 +13,10 @@ struct TileRate {
   double gflops = 0;                  // bf16 GFLOP/s of all threads together (a product is 16 384 flops)
 };
 
-// Best of a few ~4 ms runs of the lane's micro-kernel pattern (tile products on operands
+// Median of a few ~4 ms runs of the lane's micro-kernel pattern (tile products on operands
 // streamed from L2), on every OpenMP thread at once; nullopt where this process cannot run
-// AMX bf16 tiles.
+// AMX bf16 tiles. A reading of the moment: the lane's own times per case are the record of
+// the run.
 std::optional<TileRate> tile_rate();
 
 } // namespace fusor::bench

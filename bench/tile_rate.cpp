@@ -34,8 +34,9 @@ struct alignas(64) TileConfig {
 // tmm0-3 (32 x 32), A's two 16-row halves in tmm4-5 and B's in tmm6-7, each part product four
 // TDPBF16PS with one operand pair reloaded from L2 as soon as its last reader has issued
 // (operands random bf16: the tiles draw more power, and slow down sooner, than on zeros). In
-// assembly, so the bench needs no AMX compiler flags. A loop on register-resident operands
-// read 7 to 25 ns on the same host within seconds while this one and the kernels ran at 7.3.
+// assembly, so the bench needs no AMX compiler flags. A loop on register-resident operands read
+// 7 to 25 ns within seconds while the lane's micro-kernel ran at 7.3-7.8; this one follows the
+// micro-kernel (interleaved with it: 7.0 against 7.7 at full rate, 35-37 against 20-22 slowed).
 double one_thread() {
   TileConfig cfg;
   for (int i = 0; i < 8; ++i) cfg.colsb[i] = 64, cfg.rows[i] = 16;

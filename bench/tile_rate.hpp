@@ -1,6 +1,6 @@
 // The host's AMX bf16 tile throughput, per bench thread. The shared machines this bench runs
-// on slow their tiles to about a third for minutes at a time, on one core or both, so a run
-// records the rate it started and ended with: a ratio of the x86_amx lane is read against it.
+// on slow their tiles to a third or less, for milliseconds to minutes, on one core or both, so
+// a run records the rate it started and ended with beside the lanes' own times.
 #pragma once
 
 #include <optional>

@@ -228,8 +228,8 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
     // Items claimed guided-style from the (head, query block) sequence: up to qs blocks within
     // one head, but no more than a (2 x threads)th of what is left, so the last items are small
     // and a thread that finishes early (a core running faster) takes more of them; equal items
-    // left one thread waiting up to a quarter of its time at the end when the two cores' tile
-    // rates differed.
+    // left one thread waiting up to 15 % of the call at the end when the two cores' tile rates
+    // differed.
     s += "    const int64_t nqm = fusor_cdiv(M, FUSOR_MR), nall = nbh * nqm;\n";
     s += "    for (;;) {\n";
     s += "      int64_t u = __atomic_load_n(&claim, __ATOMIC_RELAXED), qn = 0;\n";

@@ -509,6 +509,33 @@ TEST_F(CliLanes, BenchPrintsOneJsonObjectPerCase) {
   EXPECT_EQ(fusor_env("bench gemm --lane x86_c").code, 2); // not a bench lane
 }
 
+// What `fusor emit` writes is C a user may build with their own flags: every example region's
+// kernel on both SIMD lanes compiles without a warning under -Wall -Wextra (unused names
+// aside, as fusor's own compile allows them), optimised so flow-based warnings run too.
+TEST_F(CliLanes, EmittedSimdKernelsCompileWithoutWarnings) {
+  if (!host_has_avx512()) GTEST_SKIP() << "no AVX-512 here: the SIMD lanes decline";
+  std::vector<std::string> lanes{"x86_avx512"};
+  if (!host_lacks_amx_bf16()) lanes.push_back("x86_amx");
+  int compiled = 0;
+  for (const auto& entry : fs::directory_iterator(FUSOR_EXAMPLES_DIR)) {
+    if (entry.path().extension() != ".region") continue;
+    for (const auto& lane : lanes) {
+      const std::string what = entry.path().filename().string() + " on " + lane;
+      const auto r = fusor_env("emit '" + entry.path().string() + "' --lane " + lane);
+      if (r.code == 2 && r.err.find("E_ARBITER_FORCED_UNKNOWN") != std::string::npos)
+        continue; // AMX: GEMM-rooted kinds and attention only
+      ASSERT_EQ(r.code, 0) << what << ": " << r.err;
+      write_text("k.c", r.out);
+      const fs::path log = dir_ / "cc.txt";
+      const std::string cmd = "cc -O2 -march=native -std=c11 -fopenmp -Wall -Wextra -Werror -Wno-unused -c '" +
+                              (dir_ / "k.c").string() + "' -o /dev/null > '" + log.string() + "' 2>&1";
+      EXPECT_EQ(std::system(cmd.c_str()), 0) << what << ":\n" << slurp(log);
+      ++compiled;
+    }
+  }
+  EXPECT_GE(compiled, 8) << "the examples cover the GEMM-rooted, attention, norm and pointwise kinds";
+}
+
 // The saved run records the host's FMA peak and, where AMX runs, the tile rate of every bench
 // thread before and after the cases (shared hosts slow their tiles for minutes at a time).
 TEST_F(CliLanes, BenchSavesTheMachineWithItsTileRate) {

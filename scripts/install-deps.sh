@@ -11,6 +11,7 @@ packages=(
   libgtest-dev                             # tests
   nlohmann-json3-dev libcli11-dev libfmt-dev libssl-dev
   libdnnl-dev libopenblas-dev              # CPU peers / vendor tier
+  ocl-icd-opencl-dev                       # dnnl-config.cmake requires OpenCL (a Recommends)
   libonnx-dev libprotobuf-dev protobuf-compiler
   python3
 )

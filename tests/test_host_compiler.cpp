@@ -218,7 +218,7 @@ TEST_F(HostCompilerTest, CacheKeyFollowsSourceMetadataAndToolchainIdentity) {
   const std::string key = shared_object_cache_key(base, cc);
   EXPECT_EQ(key, shared_object_cache_key(base, cc));
 
-  std::vector<KernelSource> variants(10, base);
+  std::vector<KernelSource> variants(12, base);
   variants[0].source += " ";
   variants[1].entry = "other";
   variants[2].spec = SpecPolicy::bucket;
@@ -229,6 +229,8 @@ TEST_F(HostCompilerTest, CacheKeyFollowsSourceMetadataAndToolchainIdentity) {
   variants[7].lane = "x86_generic";
   variants[8].lang = "c ";
   variants[9].source = "";
+  variants[10].include_dirs = {"/opt/vendor/include"};
+  variants[11].library_dirs = {"/opt/vendor/lib"};
   for (std::size_t i = 0; i < variants.size(); ++i)
     EXPECT_NE(shared_object_cache_key(variants[i], cc), key) << "variant " << i;
 
@@ -242,6 +244,39 @@ TEST_F(HostCompilerTest, CacheKeyFollowsSourceMetadataAndToolchainIdentity) {
     EXPECT_NE(c->identity(), cc.identity());
     EXPECT_NE(shared_object_cache_key(base, *c), key);
   }
+}
+
+// A vendor library outside the compiler's search path (oneDNN under conda or /opt/intel): the
+// kernel names its header and library directories, and the artifact finds the library when
+// it is loaded, with no LD_LIBRARY_PATH.
+TEST_F(HostCompilerTest, VendorLibraryOutsideTheSearchPath) {
+  HostCompiler cc = compiler();
+  const fs::path inc = root_ / "vendor" / "include", lib = root_ / "vendor" / "lib";
+  fs::create_directories(inc);
+  fs::create_directories(lib);
+  std::ofstream(inc / "fusor_vendor_test.h") << "int fusor_vendor_twice(int a);\n";
+  std::ofstream(root_ / "vendor.c") << "int fusor_vendor_twice(int a) { return 2 * a; }\n";
+  const std::string build = cc.path + " -shared -fPIC -o '" + (lib / "libfusorvendortest.so").string() + "' '" +
+                            (root_ / "vendor.c").string() + "'";
+  ASSERT_EQ(std::system(build.c_str()), 0) << build;
+
+  KernelSource k =
+      c_kernel("#include <fusor_vendor_test.h>\nint fusor_test_vendor(int a) { return fusor_vendor_twice(a) + 1; }\n",
+               "fusor_test_vendor");
+  k.link_libs = {"fusorvendortest"};
+  auto without = compile_shared_object(k, cc, *cache_);
+  ASSERT_FALSE(without.ok());
+  EXPECT_NE(without.error().message.find("fusor_vendor_test.h"), std::string::npos) << without.error().message;
+
+  k.include_dirs = {inc.string()};
+  k.library_dirs = {lib.string()};
+  auto entry = compile_shared_object(k, cc, *cache_);
+  ASSERT_TRUE(entry.ok()) << entry.error().str();
+  auto so = SharedLibrary::load(entry->artifact);
+  ASSERT_TRUE(so.ok()) << so.error().str();
+  auto sym = so->symbol("fusor_test_vendor");
+  ASSERT_TRUE(sym.ok()) << sym.error().str();
+  EXPECT_EQ(reinterpret_cast<int (*)(int)>(*sym)(20), 41);
 }
 
 TEST_F(HostCompilerTest, NaNSemanticsSurviveTheFlags) {

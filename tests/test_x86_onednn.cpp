@@ -2,6 +2,8 @@
 // it builds passes the oracle like any emitted one.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include "fusor/operand_gen.hpp"
 #include "fusor/oracle.hpp"
 #include "fusor/reference.hpp"
@@ -50,6 +52,10 @@ TEST(OneDnnLane, EveryExpressiblePatternPassesTheOracle) {
     auto src = lane->emit(region, {});
     ASSERT_TRUE(src.ok()) << src.error().str();
     EXPECT_EQ(src->lane, "x86_onednn");
+    // Where the build found oneDNN, so a prefix outside the compiler's search path works too.
+    ASSERT_EQ(src->include_dirs.size(), 1u);
+    EXPECT_TRUE(std::filesystem::exists(std::filesystem::path(src->include_dirs[0]) / "oneapi/dnnl/dnnl.h"));
+    ASSERT_EQ(src->library_dirs.size(), 1u);
     auto artifact = x86.compile(*src);
     ASSERT_TRUE(artifact.ok()) << artifact.error().str();
     auto report = verify(region, x86, *artifact);

@@ -36,8 +36,12 @@ struct KernelSource {
   // The dims a static kernel is specialised to, or a bucket kernel's upper bounds, in
   // ABI order (codegen::abi_dim_names); empty for dynamic kernels.
   std::vector<std::int64_t> spec_dims;
-  // Libraries the artifact links (vendor lanes: {"dnnl"}); part of the cache key.
+  // Libraries the artifact links (vendor lanes: {"dnnl"}), and where their headers and
+  // shared objects are when the compiler would not find them (a prefix such as conda's or
+  // /opt/intel: -I, -L and the run-time path); all part of the cache key.
   std::vector<std::string> link_libs;
+  std::vector<std::string> include_dirs;
+  std::vector<std::string> library_dirs;
   std::string layouts; // e.g. "a=row_major,b=col_major"
   DType dtype = DType::f32;
   std::string target;      // "x86"

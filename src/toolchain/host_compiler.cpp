@@ -103,15 +103,20 @@ Status write_text(const fs::path& path, const std::string& text) {
 // Compiles `source` (saved as <scratch>/<name>.c) to `out` with the compiler's flags.
 Status run_compile(const HostCompiler& cc, const std::string& source, const std::string& name,
                    const fs::path& scratch_parent, const fs::path& out, const std::string& what,
-                   const std::vector<std::string>& link_libs = {}) {
+                   const KernelSource* kernel = nullptr) {
   FUSOR_TRY_ASSIGN(ScratchDir scratch, ScratchDir::create(scratch_parent));
   // Named after the entry so diagnostics read "fused_gemm.c:12:3: error: ...".
   const fs::path src = scratch.path() / (name + ".c");
   FUSOR_TRY(write_text(src, source));
   std::vector<std::string> argv = {cc.path};
   argv.insert(argv.end(), cc.flags.begin(), cc.flags.end());
+  if (kernel)
+    for (const auto& dir : kernel->include_dirs) argv.push_back("-I" + dir);
   argv.insert(argv.end(), {"-o", out.string(), src.string()});
-  for (const auto& lib : link_libs) argv.push_back("-l" + lib);
+  if (kernel) {
+    for (const auto& dir : kernel->library_dirs) argv.insert(argv.end(), {"-L" + dir, "-Wl,-rpath," + dir});
+    for (const auto& lib : kernel->link_libs) argv.push_back("-l" + lib);
+  }
   argv.push_back("-lm");
   auto run = run_process(argv, kCompileTimeout);
   if (!run.ok())
@@ -195,7 +200,8 @@ Expected<HostCompiler> detect_host_compiler() {
 std::string shared_object_cache_key(const KernelSource& src, const HostCompiler& cc) {
   return DiskCache::make_key(std::vector<std::string>{
       "fusor-host-so-v1", src.source, src.entry, src.lang, std::string(spec_policy_name(src.spec)), src.shape_key,
-      src.layouts, std::string(dtype_name(src.dtype)), src.target, src.lane, join(src.link_libs), cc.identity()});
+      src.layouts, std::string(dtype_name(src.dtype)), src.target, src.lane, join(src.link_libs),
+      join(src.include_dirs), join(src.library_dirs), cc.identity()});
 }
 
 Expected<CacheEntry> compile_shared_object(const KernelSource& src, const HostCompiler& cc, DiskCache& cache) {
@@ -215,7 +221,7 @@ Expected<CacheEntry> compile_shared_object(const KernelSource& src, const HostCo
   return cache.get_or_build(
       shared_object_cache_key(src, cc), "so",
       [&](const fs::path& out) {
-        return run_compile(cc, src.source, c_identifier(src.entry), out.parent_path(), out, what, src.link_libs);
+        return run_compile(cc, src.source, c_identifier(src.entry), out.parent_path(), out, what, &src);
       },
       meta);
 }

@@ -161,6 +161,10 @@ int fusor_kernel(const void* const* operands, float* out, const int64_t* dims) {
   KernelSource src = codegen::kernel_source(region, EmitOptions{}, std::move(s), "c", "x86", std::string(kOneDnnLane),
                                             codegen::shape_key(RegionKind::fused, SpecPolicy::dynamic, std::nullopt));
   src.link_libs = {"dnnl"};
+#ifdef FUSOR_HAVE_DNNL // where the build found oneDNN, which need not be where the compiler looks
+  src.include_dirs = {FUSOR_DNNL_INCLUDE_DIR};
+  src.library_dirs = {FUSOR_DNNL_LIBRARY_DIR};
+#endif
   src.dtype = DType::f32;
   return src;
 }

@@ -125,10 +125,8 @@ Kernel make_kernel(const Region& region, const std::vector<Tensor>& operands, co
                    bool tuned = true) {
   const Candidate& c = *must(lane_candidate(lane, region), "lane");
   EmitOptions options;
-  const RegionKind kind = region_kind(region);
-  if (tuned && (kind == RegionKind::fused || kind == RegionKind::gated || kind == RegionKind::attention))
-    options.options = knobs();
-  KernelSource src = must(c.emit(region, options), "emit " + print_region(region));
+  if (tuned) options.options = knobs();
+  KernelSource src = must(emit_candidate(x86(), &c, region, options), "emit " + print_region(region));
   Artifact art = must(x86().compile(src), "compile " + print_region(region));
   Kernel k;
   k.lane = src.lane;
@@ -549,7 +547,7 @@ Result bench_streaming(const std::string& name, const Region& region, const Prob
   for (size_t i = 0; i < operands.size(); ++i)
     if (operands[i].shape.size() == 2) row_operands.push_back(i);
   measure_error(r, region, operands, row_operands, 64, k);
-  std::vector<float> src(operands[0].data), dst(src.size());
+  FloatBuffer src(operands[0].data), dst(src.size()); // both on cache lines, like the kernel's
   const auto total = static_cast<std::int64_t>(src.size());
   std::vector<std::function<void()>> fns{[&] { k.call(); },
                                          [&] {

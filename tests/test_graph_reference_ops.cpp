@@ -191,13 +191,13 @@ std::vector<GraphTensor> run1(const std::string& op, std::vector<GraphTensor> in
   return out.ok() ? *out : std::vector<GraphTensor>{};
 }
 
-std::vector<float> unary(const std::string& op, std::vector<float> x, std::map<std::string, Attr> attrs = {}) {
+FloatBuffer unary(const std::string& op, FloatBuffer x, std::map<std::string, Attr> attrs = {}) {
   const Shape s{static_cast<std::int64_t>(x.size())};
   auto out = run1(op, {GraphTensor::f32(s, std::move(x))}, std::move(attrs));
-  return out.empty() ? std::vector<float>{} : out[0].f;
+  return out.empty() ? FloatBuffer{} : out[0].f;
 }
 
-void expect_near(const std::vector<float>& got, const std::vector<double>& want, double tol = 1e-6) {
+void expect_near(const FloatBuffer& got, const std::vector<double>& want, double tol = 1e-6) {
   ASSERT_EQ(got.size(), want.size());
   for (size_t k = 0; k < want.size(); ++k) {
     if (std::isnan(want[k])) {

@@ -5,6 +5,7 @@
 
 #include <cfloat>
 #include <cmath>
+#include <cstring>
 
 #include "codegen/c_renderer.hpp"
 #include "fusor/operand_gen.hpp"
@@ -84,11 +85,17 @@ TEST(X86Simd, DeclinesWithReasons) {
   const auto why = c->declines(region_of("fused { epilogue = [relu]; storage = fp8_e4m3 }"));
   ASSERT_TRUE(why.has_value());
   EXPECT_NE(why->find(host_has_avx512() ? "fp8" : "AVX-512"), std::string::npos) << *why;
-  if (!host_has_avx512()) {
-    EXPECT_TRUE(c->declines(region_of("fused { epilogue = [relu] }")).has_value());
-    return;
-  }
-  EXPECT_FALSE(c->declines(region_of("fused { epilogue = [relu] }")).has_value());
+  EXPECT_EQ(c->declines(region_of("fused { epilogue = [relu] }")).has_value(), !host_has_avx512());
+  // A run forced onto the lane is refused with the reason before anything is emitted.
+  const Region fp8 = region_of("fused { epilogue = [relu]; storage = fp8_e4m3 }");
+  auto forced =
+      execute_on_target(x86(), fp8, make_operands(fp8, gemm(4, 4, 4), 1, 1.0), lane_options(RegionKind::fused));
+  ASSERT_FALSE(forced.ok());
+  EXPECT_EQ(forced.error().code, ErrorCode::emit_unsupported);
+  EXPECT_NE(forced.error().message.find("lane x86_avx512: " + *why), std::string::npos) << forced.error().message;
+  // The emitter alone writes source for any host (`fusor emit` for another machine); its
+  // knobs are checked there.
+  EXPECT_TRUE(c->emit(region_of("fused { epilogue = [relu] }"), {}).ok());
   EmitOptions bad;
   bad.options = {{"tile", "9"}};
   auto src = c->emit(region_of("fused { epilogue = [relu] }"), bad);
@@ -352,23 +359,61 @@ TEST(X86Simd, StreamingKinds) {
   }
 }
 
+// Outputs past the last-level cache are written with streaming stores from an L1 chunk;
+// `stream=1` forces them on the tests' small shapes. They must give the plain stores' bits,
+// on rows that start off a cache line (4099 floats) and chunks with ragged tails.
+TEST(X86Simd, StreamingStoresGiveThePlainStoresBits) {
+  REQUIRE_AVX512();
+  std::vector<Region> regions;
+  for (const char* norm : {"rmsnorm", "layer_norm", "softmax"})
+    for (bool res : {false, true})
+      regions.push_back(region_of(std::string("norm_chain { norm = ") + norm +
+                                  "; add_residual = " + (res ? "true" : "false") + "; weight = true; bias = true }"));
+  regions.push_back(region_of("pointwise { inputs = [x, g]; s = sigmoid(g); y = mul(x, s); t = tanh(y); "
+                              "h = mul(x, 0.5); out = add(t, h); output = out }"));
+  for (const Region& region : regions) {
+    const RegionKind kind = region_kind(region);
+    EmitOptions forced;
+    forced.options = {{"stream", "1"}};
+    auto streamed = lane(kind)->emit(region, forced);
+    ASSERT_TRUE(streamed.ok()) << streamed.error().str();
+    EXPECT_NE(streamed->source.find("_mm512_stream_ps"), std::string::npos) << print_region(region);
+    EXPECT_NE(streamed->source.find("_mm_sfence()"), std::string::npos) << print_region(region);
+    for (const Shape& shape : std::vector<Shape>{{33, 4099}, {5, 2500}, {3, 16}, {1, 7}}) {
+      const auto operands = make_operands(region, elementwise(shape), 38, 1.0);
+      auto plain = execute_on_target(x86(), region, operands, lane_options(kind, {{"stream", "0"}}));
+      auto nt = execute_on_target(x86(), region, operands, lane_options(kind, {{"stream", "1"}}));
+      ASSERT_TRUE(plain.ok() && nt.ok()) << print_region(region);
+      EXPECT_TRUE(nt->verified);
+      EXPECT_EQ(std::memcmp(plain->output.data.data(), nt->output.data.data(), 4 * plain->output.data.size()), 0)
+          << print_region(region) << " " << shape_str(shape);
+      expect_matches_reference(region, elementwise(shape), 38, 1.0, {{"stream", "1"}});
+    }
+    expect_verified(region, {{"stream", "1"}});
+  }
+  // 0 plain, 1 streaming, 2 past the last-level cache: nothing else.
+  EmitOptions bad;
+  bad.options = {{"stream", "3"}};
+  EXPECT_FALSE(lane(RegionKind::norm_chain)->emit(regions[0], bad).ok());
+}
+
 // One op through the lane's scalar helpers (fusor_expf, fusor_tanhf, ...) on many inputs;
 // returns the output. The broadcast operand `one` keeps the DAG off the 16-lane path, which
 // run_avx512 measures instead.
-std::vector<float> run_unary(const std::string& op, const std::vector<float>& xs) {
+FloatBuffer run_unary(const std::string& op, const std::vector<float>& xs) {
   const Region region =
       region_of("pointwise { inputs = [x, one]; t0 = " + op + "(x); t1 = mul(t0, one); output = t1 }");
   std::vector<Tensor> operands{Tensor({static_cast<std::int64_t>(xs.size())}, xs), Tensor({1}, {1.0f})};
   auto out = execute_on_target(x86(), region, operands, lane_options(RegionKind::pointwise));
   EXPECT_TRUE(out.ok()) << (out.ok() ? "" : out.error().str());
-  return out.ok() ? out->output.data : std::vector<float>{};
+  return out.ok() ? out->output.data : FloatBuffer{};
 }
 
 struct ErrorStats {
   double max_abs = 0, max_rel = 0;
 };
 
-ErrorStats measure(const std::vector<float>& xs, const std::vector<float>& got, double (*ref)(double)) {
+template <class Values> ErrorStats measure(const std::vector<float>& xs, const Values& got, double (*ref)(double)) {
   ErrorStats e;
   for (size_t i = 0; i < xs.size() && i < got.size(); ++i) {
     const double r = ref(xs[i]);

@@ -82,11 +82,10 @@ Expected<json> run_case(const json& spec) {
   for (const auto* c : builtin_registry().candidates("cuda", kind))
     if (c->name == lane) cand = c;
   if (!cand) return make_error(ErrorCode::arbiter_forced_unknown, "no cuda candidate " + lane);
-  if (auto why = cand->declines(region)) return make_error(ErrorCode::emit_unsupported, *why);
   EmitOptions eo;
   const json options = spec.value("options", json::object()); // items() must not outlive its json
   for (const auto& [k, v] : options.items()) eo.options[k] = v.get<std::string>();
-  auto src = cand->emit ? cand->emit(region, eo) : target->emit(region, eo);
+  auto src = emit_candidate(*target, cand, region, eo);
   if (!src) return src.error();
   FUSOR_TRY_ASSIGN(const Artifact art, target->compile(*src));
   FUSOR_TRY_ASSIGN(const VerifyReport oracle, verify(region, *target, art));

@@ -5,6 +5,7 @@
 // shapes, indices and masks (folded at import where constant, executed natively where not).
 #pragma once
 
+#include <concepts>
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -27,10 +28,15 @@ std::optional<ElemType> elem_type_from_name(std::string_view name);
 struct GraphTensor {
   ElemType type = ElemType::f32;
   Shape shape;
-  std::vector<float> f;
+  FloatBuffer f; // lent to region operands (Tensor::data) without a copy
   std::vector<std::int64_t> i;
 
-  static GraphTensor f32(Shape shape, std::vector<float> data);
+  static GraphTensor f32(Shape shape, FloatBuffer data);
+  template <class Alloc>
+  requires(!std::same_as<Alloc, CacheLineAllocator<float>>) static GraphTensor
+      f32(Shape shape, const std::vector<float, Alloc>& data) {
+    return f32(std::move(shape), FloatBuffer(data.begin(), data.end()));
+  }
   static GraphTensor i64(Shape shape, std::vector<std::int64_t> data);
   static GraphTensor boolean(Shape shape, std::vector<std::int64_t> data);
   static GraphTensor zeros(ElemType type, Shape shape);
@@ -98,7 +104,7 @@ struct PrintOptions {
 };
 // The deterministic N(0,1)·scale values of `normal(seed=, scale=)` constants (splitmix64 +
 // Box–Muller); also the default inputs of `fusor run`.
-std::vector<float> normal_values(std::int64_t n, std::uint64_t seed, double scale);
+FloatBuffer normal_values(std::int64_t n, std::uint64_t seed, double scale);
 
 std::string print_graph(const Graph& graph, const PrintOptions& options = {});
 Expected<Graph> parse_graph(std::string_view text);

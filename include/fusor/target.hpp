@@ -87,6 +87,13 @@ private:
 const Registry& builtin_registry();
 void register_builtin_targets(Registry& registry);
 
+// The source `candidate` emits for `region` (the target's generic emitter where it has none,
+// or where `candidate` is null), once its declines() has passed: a lane whose host lacks its
+// ISA is refused here with the reason. A lane's emitter alone writes source for any host
+// (`fusor emit` does that), so every path that will run the kernel comes through here.
+Expected<KernelSource> emit_candidate(const Target& target, const Candidate* candidate, const Region& region,
+                                      const EmitOptions& options = {});
+
 struct ExecuteOptions {
   EmitOptions emit;
   // Run a kernel without an oracle certificate (the output is then tagged "+unverified").

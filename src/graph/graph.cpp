@@ -20,7 +20,7 @@ std::optional<ElemType> elem_type_from_name(std::string_view name) {
   return std::nullopt;
 }
 
-GraphTensor GraphTensor::f32(Shape shape, std::vector<float> data) {
+GraphTensor GraphTensor::f32(Shape shape, FloatBuffer data) {
   GraphTensor t;
   t.shape = std::move(shape);
   t.f = std::move(data);
@@ -43,7 +43,7 @@ GraphTensor GraphTensor::boolean(Shape shape, std::vector<std::int64_t> data) {
 
 GraphTensor GraphTensor::zeros(ElemType type, Shape shape) {
   const auto n = static_cast<size_t>(shape_numel(shape));
-  if (type == ElemType::f32) return f32(std::move(shape), std::vector<float>(n, 0.0f));
+  if (type == ElemType::f32) return f32(std::move(shape), FloatBuffer(n, 0.0f));
   GraphTensor t = i64(std::move(shape), std::vector<std::int64_t>(n, 0));
   t.type = type;
   return t;

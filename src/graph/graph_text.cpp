@@ -333,7 +333,7 @@ Status parse_node(const Line& line, Cursor& c, Graph& g) {
 } // namespace
 
 // A text graph carries its weights in one line: normal(seed=, scale=).
-std::vector<float> normal_values(std::int64_t n, std::uint64_t seed, double scale) {
+FloatBuffer normal_values(std::int64_t n, std::uint64_t seed, double scale) {
   std::uint64_t state = seed;
   auto next = [&] {
     std::uint64_t z = (state += 0x9e3779b97f4a7c15ull);
@@ -341,7 +341,7 @@ std::vector<float> normal_values(std::int64_t n, std::uint64_t seed, double scal
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return static_cast<double>((z ^ (z >> 31)) >> 11) * 0x1.0p-53;
   };
-  std::vector<float> out(static_cast<size_t>(n));
+  FloatBuffer out(static_cast<size_t>(n));
   for (auto& v : out) {
     const double u1 = std::max(next(), 1e-300), u2 = next();
     v = static_cast<float>(scale * std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2));

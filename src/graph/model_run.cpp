@@ -83,7 +83,7 @@ Verdict verdict_for(const Region& region, const RegionRun& run) {
   if (lane) target = builtin_registry().target(lane->target);
   if (!target) target = dispatch_target();
   if (!target) return {"no target"};
-  auto src = lane && lane->emit ? lane->emit(region, {}) : target->emit(region, {});
+  auto src = emit_candidate(*target, lane, region);
   if (!src) return {"emit: " + src.error().str()};
   auto art = target->compile(*src);
   if (!art) return {"compile: " + art.error().str()};

@@ -105,7 +105,7 @@ Expected<GraphTensor> convert_tensor(const onnx::TensorProto& t, const std::stri
   };
   switch (t.data_type()) {
   case onnx::TensorProto_DataType_FLOAT: {
-    std::vector<float> v(n);
+    FloatBuffer v(n);
     const size_t have = raw ? bytes.size() / 4 : static_cast<size_t>(t.float_data_size());
     if (have != n) return count_error(have);
     for (size_t k = 0; k < n; ++k) v[k] = raw ? read_le<float>(bytes, k) : t.float_data(static_cast<int>(k));
@@ -247,7 +247,7 @@ private:
       } else if (a.name() == "value_float") {
         t = GraphTensor::f32({}, {a.f()});
       } else if (a.name() == "value_floats") {
-        t = GraphTensor::f32({a.floats_size()}, std::vector<float>(a.floats().begin(), a.floats().end()));
+        t = GraphTensor::f32({a.floats_size()}, FloatBuffer(a.floats().begin(), a.floats().end()));
       } else if (a.name() == "value_int") {
         t = GraphTensor::i64({}, {a.i()});
       } else if (a.name() == "value_ints") {

@@ -37,8 +37,7 @@ Expected<RunOutput> execute_on_target(const Target& target, const Region& region
     return out;
   };
   if (Status ok = target.available(); !ok) return decline(ok.error());
-  const bool own_emitter = options.candidate && options.candidate->emit;
-  auto src = own_emitter ? options.candidate->emit(region, options.emit) : target.emit(region, options.emit);
+  auto src = emit_candidate(target, options.candidate, region, options.emit);
   if (!src)
     return src.error().code == ErrorCode::emit_unsupported ? decline(src.error()) : Expected<RunOutput>(src.error());
   FUSOR_TRY_ASSIGN(Artifact artifact, target.compile(*src));

@@ -28,7 +28,7 @@ Expected<std::map<std::string, Timing>> measure_candidates(const Registry& regis
   for (const Candidate* c : candidates) {
     const Target* target = registry.target(c->target);
     if (!target) return make_error(ErrorCode::internal, "candidate " + c->name + " has no target " + c->target);
-    FUSOR_TRY_ASSIGN(KernelSource src, c->emit ? c->emit(region, {}) : target->emit(region, {}));
+    FUSOR_TRY_ASSIGN(KernelSource src, emit_candidate(*target, c, region));
     FUSOR_TRY_ASSIGN(Artifact artifact, target->compile(src));
     FUSOR_TRY(target->run(artifact, region, operands)); // warm-up: loads the code, faults pages in
     bound.push_back({c, target, std::move(artifact), {}});

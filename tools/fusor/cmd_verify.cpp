@@ -55,7 +55,7 @@ int run_verify(const VerifyCliOptions& o) {
   } else if (!o.lane.empty()) {
     auto lane = find_lane(*region, o.target, o.lane);
     if (!lane) return fail("fusor verify", lane.error());
-    src = (*lane)->emit ? (*lane)->emit(*region, {}) : (*target)->emit(*region, {});
+    src = emit_candidate(**target, *lane, *region);
   } else {
     src = (*target)->emit(*region, {});
   }

@@ -32,6 +32,9 @@ struct Tuning {
   // softmax, x86_amx_attention.cpp; GEMM's packing of B's next panels), to measure what the
   // overlap gains.
   int overlap = 1;
+  // Norm chains and pointwise DAGs: non-temporal stores of the output (stream_helpers says
+  // why): 0 never, 1 always, 2 when the output passes the last-level cache.
+  int stream = 2;
 };
 
 // `#pragma omp parallel<rest>` that runs on the calling thread alone while `work` (an
@@ -150,5 +153,7 @@ std::string norm_chain_body(const NormChainRegion& region);
 std::string pointwise_body(const PointwiseGraphRegion& region);
 std::string pointwise_reduce_body(const PointwiseReduceRegion& region);
 std::string pointwise_helpers();
+// fusor_stream_output / fusor_stream_floats for the streaming kinds, with Tuning::stream's mode.
+std::string stream_helpers(int mode);
 
 } // namespace fusor::x86::simd

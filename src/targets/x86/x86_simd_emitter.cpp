@@ -57,13 +57,14 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
                                       {"nb", &simd::Tuning::nb, 32, 4096},
                                       {"serial", &simd::Tuning::serial, 0, 1 << 30},
                                       {"exact", &simd::Tuning::exact, 0, 1},
-                                      {"overlap", &simd::Tuning::overlap, 0, 1}};
+                                      {"overlap", &simd::Tuning::overlap, 0, 1},
+                                      {"stream", &simd::Tuning::stream, 0, 2}};
     const Knob* knob = nullptr;
     std::string names;
     for (const Knob& k : kKnobs) {
       const std::string name = k.name;
-      // The AMX tile is 32 rows; `exact` and `overlap` are AMX's.
-      if (t.amx ? name == "mr" : name == "exact" || name == "overlap") continue;
+      // The AMX tile is 32 rows; `exact` and `overlap` are AMX's, `stream` the streaming kinds'.
+      if (t.amx ? name == "mr" || name == "stream" : name == "exact" || name == "overlap") continue;
       names += (names.empty() ? "" : ", ") + name;
       if (key == name) knob = &k;
     }
@@ -149,9 +150,11 @@ std::optional<std::string> amx_declines(const Region& region) {
 
 namespace {
 
+// Emission never looks at the host: simd_declines / amx_declines keep the kernels off a CPU
+// without the ISA (emit_candidate applies them before a run), and `fusor emit` may write the
+// source for another machine.
 Expected<KernelSource> emit_lane(const Region& region, const EmitOptions& options, std::string_view lane) {
   const RegionKind kind = region_kind(region);
-  if (!host_has_avx512()) return unsupported(kind, "the host lacks AVX-512 (avx512f/bw/vl/dq)", lane);
   FUSOR_TRY_ASSIGN(simd::Tuning tuning, parse_tuning(kind, options.options, lane));
   const DType storage = region_storage(region);
   FUSOR_TRY_ASSIGN(const simd::StorageLoad ld, storage_load(storage, kind));
@@ -163,7 +166,6 @@ Expected<KernelSource> emit_lane(const Region& region, const EmitOptions& option
   if (tuning.amx) {
     if (!gemm_kind && kind != RegionKind::attention)
       return unsupported(kind, "only GEMM-rooted kinds (fused, matmul, gated) and attention", lane);
-    if (auto why = host_lacks_amx_bf16()) return unsupported(kind, *why, lane);
     const auto* f = std::get_if<FusedRegion>(&region);
     // Attention: A, B are Q, K (the scores); V has as many parts and the probabilities three.
     tuning.amx_parts_a = simd::amx_parts(storage, f && !f->prologue().empty());
@@ -191,7 +193,9 @@ Expected<KernelSource> emit_lane(const Region& region, const EmitOptions& option
 
   std::string head = "/* fusor kernel | region: " + print_region(region) + " | lane: " + std::string(lane) +
                      " | spec: " + key + " */\n";
+  const bool streaming = kind == RegionKind::pointwise || kind == RegionKind::norm_chain;
   if (tuning.amx) head += "#define _GNU_SOURCE /* syscall() */\n#include <sys/syscall.h>\n#include <unistd.h>\n";
+  if (streaming) head += "#define _GNU_SOURCE /* sysconf(_SC_LEVEL3_CACHE_SIZE) */\n#include <unistd.h>\n";
   head += "#include <immintrin.h>\n#include <math.h>\n#include <stdint.h>\n#include <stdlib.h>\n#include <string.h>\n";
   head += "#ifdef _OPENMP\n#include <omp.h>\n#endif\n\n";
   head += codegen::render_storage_helpers(codegen::c99_simd_dialect());
@@ -211,6 +215,7 @@ Expected<KernelSource> emit_lane(const Region& region, const EmitOptions& option
     head += codegen::render_avx512_math_helpers(codegen::c99_avx512_dialect());
   if (kind == RegionKind::attention) head += simd::attention_pv_source(tuning);
   if (kind == RegionKind::pointwise || kind == RegionKind::pointwise_reduce) head += simd::pointwise_helpers();
+  if (streaming) head += simd::stream_helpers(tuning.stream);
 
   return codegen::kernel_source(region, options,
                                 head +

@@ -6,8 +6,8 @@
 
 namespace fusor::bench {
 
-// GFLOP/s (an FMA counts two) of independent 16-lane FMAs on every OpenMP thread, best of a
-// few ~50 ms runs; nullopt where the CPU has no AVX-512.
+// GFLOP/s (an FMA counts two) of independent 16-lane FMAs on every OpenMP thread (8-lane
+// AVX2 ones without AVX-512), best of a few ~50 ms runs; nullopt where the CPU has neither.
 std::optional<double> fma_peak_gflops();
 
 } // namespace fusor::bench

@@ -2,7 +2,8 @@
 // same inputs: warm-up, then the median of interleaved repetitions of each contender. GEMM-
 // rooted and attention cases run the x86_amx lane and the x86_avx512 lane where the host has
 // AMX, and fusor's time is the faster one's, as its arbiter picks by measurement (both are
-// reported); every other case runs the x86_avx512 lane; --lane runs one lane only.
+// reported); every other case runs the x86_avx512 lane; --lane runs one lane only. A host
+// without AVX-512 runs every case on the portable x86_c lane, as its arbiter would.
 // fusor is timed on the kernel call alone (operands already packed into their ABI buffers);
 // each peer on its equivalent calls. The oracle's error is measured on the first rows of the
 // output against the double reference, and each peer's output on the same rows beside it.
@@ -77,6 +78,11 @@ const Target& x86() {
 
 constexpr const char* kAvx512 = "x86_avx512";
 constexpr const char* kAmx = "x86_amx";
+constexpr const char* kGeneric = "x86_c";
+
+// The lane every case runs (and GEMM-rooted ones beside x86_amx): x86_avx512, or on a host
+// without AVX-512 the portable lane that serves the regions there.
+const char* base_lane() { return host_has_avx512() ? kAvx512 : kGeneric; }
 
 // The lane's candidate for `region`, or why it cannot run it here.
 Expected<const Candidate*> lane_candidate(const std::string& lane, const Region& region) {
@@ -97,7 +103,7 @@ std::string& gemm_lane_choice() {
 
 std::string gemm_lane(const Region& region) {
   if (!gemm_lane_choice().empty()) return gemm_lane_choice();
-  return lane_candidate(kAmx, region) ? kAmx : kAvx512;
+  return lane_candidate(kAmx, region) ? kAmx : base_lane();
 }
 
 // A compiled, oracle-verified kernel of the lane, ready to call on prepared buffers.
@@ -121,7 +127,7 @@ std::map<std::string, std::string>& knobs() {
 }
 
 // `tuned`: the --knob options apply (to the case's own kernel, not to the side contenders).
-Kernel make_kernel(const Region& region, const std::vector<Tensor>& operands, const std::string& lane = kAvx512,
+Kernel make_kernel(const Region& region, const std::vector<Tensor>& operands, const std::string& lane = base_lane(),
                    bool tuned = true) {
   const Candidate& c = *must(lane_candidate(lane, region), "lane");
   EmitOptions options;
@@ -256,27 +262,28 @@ struct EpiloguePass {
 void record_times(Result& r, const std::vector<double>& med, const std::vector<std::string>& names) {
   r.fusor_ms = med[0];
   for (size_t i = 0; i < names.size(); ++i) {
-    if (names[i] != kAvx512) {
+    if (names[i] != base_lane()) {
       r.peer_ms[names[i]] = med[i + 1];
       continue;
     }
     r.lane_ms[r.lane] = med[0];
-    r.lane_ms[kAvx512] = med[i + 1];
+    r.lane_ms[base_lane()] = med[i + 1];
     if (med[i + 1] < r.fusor_ms) {
       r.fusor_ms = med[i + 1];
       r.err_note += " (of the " + r.lane + " kernel; both lanes passed the oracle)";
-      r.lane = kAvx512;
+      r.lane = base_lane();
     }
   }
 }
 
-// Cases on the x86_amx lane also time the x86_avx512 lane (record_times picks the faster).
-void also_avx512(const Region& region, const std::vector<Tensor>& operands, const Kernel& k, std::optional<Kernel>& k2,
-                 std::vector<std::function<void()>>& fns, std::vector<std::string>& names) {
-  if (k.lane == kAvx512) return;
-  k2 = make_kernel(region, operands, kAvx512, false);
+// Cases on the x86_amx lane also time the base lane (record_times picks the faster).
+void also_base_lane(const Region& region, const std::vector<Tensor>& operands, const Kernel& k,
+                    std::optional<Kernel>& k2, std::vector<std::function<void()>>& fns,
+                    std::vector<std::string>& names) {
+  if (k.lane == base_lane()) return;
+  k2 = make_kernel(region, operands, base_lane(), false);
   fns.push_back([&k2] { k2->call(); });
-  names.push_back(kAvx512);
+  names.push_back(base_lane());
 }
 
 // ---- GEMM + bias + epilogue ----------------------------------------------------------
@@ -302,7 +309,7 @@ Result bench_fused(const std::string& name, std::int64_t M, std::int64_t N, std:
   std::vector<std::function<void()>> fns{[&] { k.call(); }};
   std::vector<std::string> names;
   std::optional<Kernel> k2;
-  also_avx512(region, operands, k, k2, fns, names);
+  also_base_lane(region, operands, k, k2, fns, names);
   const float* A = operands[0].data.data();
   const float* B = operands[1].data.data();
   const float* bias = operands[2].data.data();
@@ -379,7 +386,7 @@ Result bench_gated(std::int64_t M, std::int64_t K, std::int64_t H, const Options
   std::vector<std::function<void()>> fns{[&] { k.call(); }};
   std::vector<std::string> names;
   std::optional<Kernel> k2;
-  also_avx512(region, operands, k, k2, fns, names);
+  also_base_lane(region, operands, k, k2, fns, names);
   const float* A = operands[0].data.data();
   const float* Wg = operands[1].data.data();
   const float* Wu = operands[2].data.data();
@@ -475,7 +482,7 @@ Result bench_attention(std::int64_t S, std::int64_t D, bool causal, const Option
   std::vector<std::function<void()>> fns{[&] { k.call(); }};
   std::vector<std::string> names;
   std::optional<Kernel> k2;
-  also_avx512(region, operands, k, k2, fns, names);
+  also_base_lane(region, operands, k, k2, fns, names);
 #ifdef FUSOR_BENCH_ONEDNN
   // Unfused: scores = scale * Q K^T (+ causal mask) -> softmax primitive -> P V.
   using namespace dnnl;
@@ -726,6 +733,9 @@ int run(const Options& opt) {
   entries.push_back(
       {"pointwise", "pointwise_reduce_sumsq_4096x4096", [&] { return bench_pointwise(true, 4096, 4096, opt); }});
 
+  if (!host_has_avx512() && gemm_lane_choice().empty())
+    std::fprintf(stderr, "fusor-bench: this host lacks AVX-512, so x86_avx512 and x86_amx decline; fusor's times are "
+                         "the portable x86_c lane's\n");
   const std::optional<double> peak = fma_peak_gflops();
   json doc;
   doc["machine"] = machine(peak, tile_rate());
@@ -786,11 +796,13 @@ int main(int argc, char** argv) {
     } else if (a == "--min-ms")
       opt.min_ms = std::atof(value().c_str());
     else if (a == "-h" || a == "--help") {
-      std::printf("usage: fusor-bench SUITE [--filter TEXT] [--json] [--save FILE] [--min-ms MS] [--knob KEY=VALUE]\n"
-                  "       [--lane x86_amx|x86_avx512]\n"
-                  "SUITE: gemm | gated | attention | norm | pointwise | all\n"
-                  "--lane: the lane of GEMM-rooted cases (default x86_amx where the host has AMX, else "
-                  "x86_avx512; both are timed and the faster one is fusor's, as its arbiter picks)\n");
+      std::printf(
+          "usage: fusor-bench SUITE [--filter TEXT] [--json] [--save FILE] [--min-ms MS] [--knob KEY=VALUE]\n"
+          "       [--lane x86_amx|x86_avx512]\n"
+          "SUITE: gemm | gated | attention | norm | pointwise | all\n"
+          "--lane: the lane of GEMM-rooted cases (default x86_amx where the host has AMX, else "
+          "x86_avx512; both are timed and the faster one is fusor's, as its arbiter picks; a host without AVX-512 "
+          "runs every case on the portable x86_c lane)\n");
       return 0;
     } else if (opt.suite.empty() && a[0] != '-')
       opt.suite = a;

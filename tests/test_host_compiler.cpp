@@ -115,8 +115,8 @@ TEST_F(HostCompilerTest, DetectsCompilerWithExpectedFlags) {
   EXPECT_FALSE(cc.version.empty());
   EXPECT_EQ(cc.version.find('\n'), std::string::npos);
   auto has = [&](const std::string& f) { return std::find(cc.flags.begin(), cc.flags.end(), f) != cc.flags.end(); };
-  for (const char* f :
-       {"-O3", "-march=native", "-fPIC", "-shared", "-std=c11", "-fno-math-errno", "-ffp-contract=fast"})
+  for (const char* f : {"-O3", "-march=native", "-fPIC", "-shared", "-std=c11", "-fno-math-errno", "-fno-trapping-math",
+                        "-ffp-contract=fast"})
     EXPECT_TRUE(has(f)) << f;
   EXPECT_FALSE(has("-ffast-math"));
   EXPECT_EQ(has("-fopenmp"), cc.openmp);

@@ -17,7 +17,7 @@ namespace {
 // render as the branch-free helpers of render_vector_math_helpers, which inline into the
 // vector loop where libm's expf/tanhf stay scalar calls (the sigmoid/tanh DAG: 361 ms with
 // libm on an AVX2 host, copy bandwidth 11 ms).
-const codegen::CDialect& c99_dialect() { return codegen::c99_simd_dialect(); }
+const codegen::CDialect& lane_dialect() { return codegen::c99_simd_dialect(); }
 using codegen::float_literal;
 
 constexpr int kRowBlock = 4;   // output rows sharing each packed-B load
@@ -61,8 +61,8 @@ Expected<Prologue> make_prologue(const Region& region, const EmitOptions& option
   p.head = "/* fusor kernel | region: " + print_region(region) + " | lane: " + std::string(lane_tag()) +
            " | spec: " + shape_key + " */\n";
   p.head += "#include <math.h>\n#include <stdint.h>\n#include <stdlib.h>\n#include <string.h>\n\n";
-  p.head += codegen::render_storage_helpers(c99_dialect());
-  p.head += codegen::render_vector_math_helpers(c99_dialect()) + "\n";
+  p.head += codegen::render_storage_helpers(lane_dialect());
+  p.head += codegen::render_vector_math_helpers(lane_dialect()) + "\n";
   const auto names = codegen::abi_dim_names(kind);
   std::vector<std::int64_t> values;
   if (options.spec != SpecPolicy::dynamic) {
@@ -101,7 +101,7 @@ struct GemmPlan {
 };
 
 std::string emit_gemm_body(const GemmPlan& plan, const StorageLoad& ld) {
-  const auto& d = c99_dialect();
+  const auto& d = lane_dialect();
   const std::string T = ld.type;
   const bool gated = plan.gate.has_value();
   std::string s;
@@ -178,7 +178,7 @@ std::string emit_gemm_body(const GemmPlan& plan, const StorageLoad& ld) {
 // ---- attention ----------------------------------------------------------------------------
 
 std::string emit_attention_body(const AttentionRegion& r, const StorageLoad& ld) {
-  const auto& d = c99_dialect();
+  const auto& d = lane_dialect();
   const std::string T = ld.type;
   std::string s;
   s += "  const " + T + "* restrict Q = (const " + T + "*)operands[0];\n";
@@ -250,18 +250,18 @@ std::string emit_pointwise_body(const PointwiseGraphRegion& r) {
   s += "    #pragma omp parallel for simd schedule(static)\n";
   s += "    for (int64_t i = 0; i < total; ++i) {\n";
   s += codegen::render_dag(
-      c99_dialect(), r.graph(), [](int in) { return "x" + std::to_string(in) + "[i]"; }, "v", "      ");
+      lane_dialect(), r.graph(), [](int in) { return "x" + std::to_string(in) + "[i]"; }, "v", "      ");
   s += "      out[i] = v;\n    }\n    return 0;\n  }\n";
   s += "  #pragma omp parallel for schedule(static)\n";
   s += "  for (int64_t i = 0; i < total; ++i) {\n";
   s += codegen::render_dag(
-      c99_dialect(), r.graph(), [](int in) { return load_broadcast(in, "i"); }, "v", "    ");
+      lane_dialect(), r.graph(), [](int in) { return load_broadcast(in, "i"); }, "v", "    ");
   s += "    out[i] = v;\n  }\n  return 0;\n";
   return s;
 }
 
 std::string emit_pointwise_reduce_body(const PointwiseReduceRegion& r) {
-  const auto& d = c99_dialect();
+  const auto& d = lane_dialect();
   std::string s = pointwise_setup(r.graph().input_names().size(), "2");
   s += "  #pragma omp parallel for schedule(static)\n";
   s += "  for (int64_t row = 0; row < rows; ++row) {\n";
@@ -277,7 +277,7 @@ std::string emit_pointwise_reduce_body(const PointwiseReduceRegion& r) {
 }
 
 std::string emit_norm_chain_body(const NormChainRegion& r) {
-  const auto& d = c99_dialect();
+  const auto& d = lane_dialect();
   std::string s;
   s += norm_chain_operand_decls(r);
   s += "  #pragma omp parallel for schedule(static)\n";

@@ -2,8 +2,10 @@
 // same inputs: warm-up, then the median of interleaved repetitions of each contender. GEMM-
 // rooted and attention cases run the x86_amx lane and the x86_avx512 lane where the host has
 // AMX, and fusor's time is the faster one's, as its arbiter picks by measurement (both are
-// reported); every other case runs the x86_avx512 lane; --lane runs one lane only. A host
-// without AVX-512 runs every case on the portable x86_c lane, as its arbiter would.
+// reported); every other case runs the x86_avx512 lane; --lane runs one lane only (cases of
+// kinds it does not compute keep the base lane). A host without AVX-512 runs GEMM-rooted
+// cases on the x86_avx2 lane and the portable x86_c lane, the faster one's time fusor's, and
+// every other case on x86_c, as its arbiter would.
 // fusor is timed on the kernel call alone (operands already packed into their ABI buffers);
 // each peer on its equivalent calls. The oracle's error is measured on the first rows of the
 // output against the double reference, and each peer's output on the same rows beside it.
@@ -79,6 +81,7 @@ const Target& x86() {
 constexpr const char* kAvx512 = "x86_avx512";
 constexpr const char* kAmx = "x86_amx";
 constexpr const char* kGeneric = "x86_c";
+constexpr const char* kAvx2 = "x86_avx2";
 
 // The lane every case runs (and GEMM-rooted ones beside x86_amx): x86_avx512, or on a host
 // without AVX-512 the portable lane that serves the regions there.
@@ -95,15 +98,24 @@ Expected<const Candidate*> lane_candidate(const std::string& lane, const Region&
 }
 
 // --lane: the lane of GEMM-rooted and attention cases (empty: x86_amx where it runs, else
-// x86_avx512).
+// x86_avx2 on a host without AVX-512, else the base lane).
 std::string& gemm_lane_choice() {
   static std::string lane;
   return lane;
 }
 
+bool registered(const std::string& lane, RegionKind kind) {
+  for (const Candidate* c : builtin_registry().candidates("x86", kind))
+    if (c->name == lane) return true;
+  return false;
+}
+
 std::string gemm_lane(const Region& region) {
-  if (!gemm_lane_choice().empty()) return gemm_lane_choice();
-  return lane_candidate(kAmx, region) ? kAmx : base_lane();
+  const std::string& forced = gemm_lane_choice();
+  if (!forced.empty()) return registered(forced, region_kind(region)) ? forced : base_lane();
+  if (lane_candidate(kAmx, region)) return kAmx;
+  if (!host_has_avx512() && lane_candidate(kAvx2, region)) return kAvx2;
+  return base_lane();
 }
 
 // A compiled, oracle-verified kernel of the lane, ready to call on prepared buffers.
@@ -276,11 +288,12 @@ void record_times(Result& r, const std::vector<double>& med, const std::vector<s
   }
 }
 
-// Cases on the x86_amx lane also time the base lane (record_times picks the faster).
+// Cases on the x86_amx (or x86_avx2) lane also time the base lane (record_times picks the
+// faster), unless --lane asked for one lane.
 void also_base_lane(const Region& region, const std::vector<Tensor>& operands, const Kernel& k,
                     std::optional<Kernel>& k2, std::vector<std::function<void()>>& fns,
                     std::vector<std::string>& names) {
-  if (k.lane == base_lane()) return;
+  if (k.lane == base_lane() || !gemm_lane_choice().empty()) return;
   k2 = make_kernel(region, operands, base_lane(), false);
   fns.push_back([&k2] { k2->call(); });
   names.push_back(base_lane());
@@ -646,9 +659,12 @@ void print_human(const json& j) {
     if (j.contains(at_peak)) std::printf("; x%.2f at peak", j[at_peak].get<double>());
     std::printf(")");
   }
-  if (j.contains("x86_amx_ms"))
-    std::printf(" | lanes x86_amx %.3f ms, x86_avx512 %.3f ms", j["x86_amx_ms"].get<double>(),
-                j["x86_avx512_ms"].get<double>());
+  const char* lanes = " | lanes";
+  for (const auto& [key, value] : j.items())
+    if (key.rfind("x86_", 0) == 0 && key.size() > 3 && key.substr(key.size() - 3) == "_ms") {
+      std::printf("%s %s %.3f ms", lanes, key.substr(0, key.size() - 3).c_str(), value.get<double>());
+      lanes = ",";
+    }
   if (j.contains("fraction_of_copy_bw"))
     std::printf(" | %.2f of copy bandwidth", j["fraction_of_copy_bw"].get<double>());
   std::printf(" | err %.2g", j["max_abs_err"].get<double>());
@@ -735,7 +751,7 @@ int run(const Options& opt) {
 
   if (!host_has_avx512() && gemm_lane_choice().empty())
     std::fprintf(stderr, "fusor-bench: this host lacks AVX-512, so x86_avx512 and x86_amx decline; fusor's times are "
-                         "the portable x86_c lane's\n");
+                         "the portable x86_c lane's (GEMM-rooted cases: the faster of it and x86_avx2)\n");
   const std::optional<double> peak = fma_peak_gflops();
   json doc;
   doc["machine"] = machine(peak, tile_rate());
@@ -798,11 +814,12 @@ int main(int argc, char** argv) {
     else if (a == "-h" || a == "--help") {
       std::printf(
           "usage: fusor-bench SUITE [--filter TEXT] [--json] [--save FILE] [--min-ms MS] [--knob KEY=VALUE]\n"
-          "       [--lane x86_amx|x86_avx512]\n"
+          "       [--lane x86_amx|x86_avx512|x86_avx2]\n"
           "SUITE: gemm | gated | attention | norm | pointwise | all\n"
-          "--lane: the lane of GEMM-rooted cases (default x86_amx where the host has AMX, else "
-          "x86_avx512; both are timed and the faster one is fusor's, as its arbiter picks; a host without AVX-512 "
-          "runs every case on the portable x86_c lane)\n");
+          "--lane: the one lane of GEMM-rooted and attention cases (kinds it does not compute keep the base lane). "
+          "Default: x86_amx and x86_avx512 where the host has AMX, else x86_avx512; both are timed and the faster "
+          "one is fusor's, as its arbiter picks. A host without AVX-512 runs GEMM-rooted cases on x86_avx2 and the "
+          "portable x86_c lane, the faster one's time fusor's, and every other case on x86_c\n");
       return 0;
     } else if (opt.suite.empty() && a[0] != '-')
       opt.suite = a;

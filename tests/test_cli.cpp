@@ -456,8 +456,10 @@ TEST_F(CliLanes, RunWithoutArgumentsRunsTheEmbeddedModel) {
 // timing is asserted, only that the fields are there and consistent with each other.
 TEST_F(CliLanes, BenchPrintsOneJsonObjectPerCase) {
   if (!fs::exists(fs::path(FUSOR_BIN).parent_path() / "fusor-bench")) GTEST_SKIP() << "fusor-bench is not built";
-  // Without AVX-512 every case runs the portable lane, which serves the regions there.
+  // Without AVX-512 every case runs the portable lane, which serves the regions there, and
+  // GEMM-rooted ones the x86_avx2 lane beside it.
   const std::string base_lane = host_has_avx512() ? "x86_avx512" : "x86_c";
+  const std::string side_lane = !host_lacks_amx_bf16() ? "x86_amx" : (host_has_avx512() ? "" : "x86_avx2");
   const auto r = fusor_env("bench gemm --filter 128x3072 --json --min-ms 1");
   ASSERT_EQ(r.code, 0) << r.err << r.out;
   std::istringstream lines(r.out);
@@ -488,13 +490,14 @@ TEST_F(CliLanes, BenchPrintsOneJsonObjectPerCase) {
       EXPECT_NEAR(j.at(peer + "_ratio_at_peak").get<double>(), ratio / fraction, 1e-6 * ratio / fraction) << peer;
     }
     EXPECT_GE(peers, 1) << "a build with the bench has oneDNN or OpenBLAS: " << line;
-    // GEMM cases run the AMX and AVX-512 lanes where AMX runs here; fusor's time is the faster's.
-    const bool amx = !host_lacks_amx_bf16();
-    EXPECT_EQ(j.contains("x86_amx_ms"), amx);
-    if (amx) {
-      const double a = j.at("x86_amx_ms").get<double>(), v = j.at("x86_avx512_ms").get<double>();
+    // GEMM cases run the AMX and AVX-512 lanes where AMX runs here (without AVX-512: x86_avx2
+    // and x86_c); fusor's time is the faster's.
+    EXPECT_EQ(j.contains("x86_amx_ms"), side_lane == "x86_amx");
+    EXPECT_EQ(j.contains("x86_avx2_ms"), side_lane == "x86_avx2");
+    if (!side_lane.empty()) {
+      const double a = j.at(side_lane + "_ms").get<double>(), v = j.at(base_lane + "_ms").get<double>();
       EXPECT_EQ(fusor_ms, std::min(a, v));
-      EXPECT_EQ(j.at("lane"), a <= v ? "x86_amx" : "x86_avx512");
+      EXPECT_EQ(j.at("lane"), a <= v ? side_lane : base_lane);
     } else {
       EXPECT_EQ(j.at("lane"), base_lane);
     }
@@ -512,16 +515,23 @@ TEST_F(CliLanes, BenchPrintsOneJsonObjectPerCase) {
   EXPECT_EQ(j.at("lane"), "x86_avx512");
   EXPECT_FALSE(j.contains("x86_amx_ms"));
   EXPECT_EQ(fusor_env("bench gemm --lane x86_c").code, 2); // not a bench lane
+  // A forced lane runs alone: x86_avx2 on an AVX-512 host, with no second lane timed.
+  const auto avx2 = fusor_env("bench gemm --filter 128x3072 --json --min-ms 1 --lane x86_avx2");
+  ASSERT_EQ(avx2.code, 0) << avx2.err << avx2.out;
+  const auto ja = nlohmann::json::parse(avx2.out.substr(0, avx2.out.find('\n')));
+  EXPECT_EQ(ja.at("lane"), "x86_avx2");
+  EXPECT_FALSE(ja.contains("x86_avx512_ms"));
+  EXPECT_TRUE(ja.at("verified").get<bool>());
 }
 
 // What `fusor emit` writes is C a user may build with their own flags: every example region's
-// kernel on both SIMD lanes compiles without a warning under -Wall -Wextra (unused names
+// kernel on the SIMD lanes compiles without a warning under -Wall -Wextra (unused names
 // aside, as fusor's own compile allows them), optimised so flow-based warnings run too.
 // Emission needs no AVX-512 or AMX here: on a host without them the kernels are built for
-// Sapphire Rapids, so a machine like CI's still checks both lanes.
+// Sapphire Rapids (x86_avx2: Haswell), so a machine like CI's still checks every lane.
 TEST_F(CliLanes, EmittedSimdKernelsCompileWithoutWarnings) {
-  const std::vector<std::pair<std::string, bool>> lanes{{"x86_avx512", host_has_avx512()},
-                                                        {"x86_amx", !host_lacks_amx_bf16()}};
+  const std::vector<std::pair<std::string, bool>> lanes{
+      {"x86_avx512", host_has_avx512()}, {"x86_amx", !host_lacks_amx_bf16()}, {"x86_avx2", false}};
   int regions = 0, compiled = 0;
   for (const auto& entry : fs::directory_iterator(FUSOR_EXAMPLES_DIR)) {
     if (entry.path().extension() != ".region") continue;
@@ -530,11 +540,12 @@ TEST_F(CliLanes, EmittedSimdKernelsCompileWithoutWarnings) {
       const std::string what = entry.path().filename().string() + " on " + lane;
       const auto r = fusor_env("emit '" + entry.path().string() + "' --lane " + lane);
       if (r.code == 2 && r.err.find("E_ARBITER_FORCED_UNKNOWN") != std::string::npos)
-        continue; // AMX: GEMM-rooted kinds and attention only
+        continue; // AMX: GEMM-rooted kinds and attention only; AVX2: GEMM-rooted kinds
       ASSERT_EQ(r.code, 0) << what << ": " << r.err;
       write_text("k.c", r.out);
       const fs::path log = dir_ / "cc.txt";
-      const std::string march = runs_here ? "native" : "sapphirerapids";
+      // x86_avx2's kernels are for hosts without AVX-512: always built for Haswell.
+      const std::string march = lane == "x86_avx2" ? "haswell" : runs_here ? "native" : "sapphirerapids";
       const std::string cmd = "cc -O2 -march=" + march + " -std=c11 -fopenmp -Wall -Wextra -Werror -Wno-unused -c '" +
                               (dir_ / "k.c").string() + "' -o /dev/null > '" + log.string() + "' 2>&1";
       EXPECT_EQ(std::system(cmd.c_str()), 0) << what << ":\n" << slurp(log);
@@ -542,8 +553,9 @@ TEST_F(CliLanes, EmittedSimdKernelsCompileWithoutWarnings) {
     }
   }
   EXPECT_GE(regions, 7) << "the examples cover the GEMM-rooted, attention, norm and pointwise kinds";
-  // Every region on x86_avx512, and the GEMM-rooted and attention ones again on x86_amx.
-  EXPECT_GE(compiled, regions + 4);
+  // Every region on x86_avx512, the GEMM-rooted and attention ones again on x86_amx, the
+  // GEMM-rooted ones on x86_avx2.
+  EXPECT_GE(compiled, regions + 7);
 }
 
 // The saved run records the host's FMA peak and, where AMX runs, the tile rate of every bench

@@ -38,7 +38,8 @@ Expected<ProcessResult> run_process(const std::vector<std::string>& argv, std::c
 // The host CPU as the compiler's -march=native sees it, detected at run time, e.g.
 // "x86_64 avx2 fma avx512f avx512bw avx512vl avx512dq avx512vnni avx512bf16 | AMD EPYC 9B45".
 std::string host_isa();
-bool host_has_avx512(); // avx512f + bw + vl + dq: what the x86_avx512 lane's kernels assume
+bool host_has_avx512();   // avx512f + bw + vl + dq: what the x86_avx512 lane's kernels assume
+bool host_has_avx2_fma(); // avx2 + fma: what the x86_avx2 lane's kernels assume
 // Why this process cannot run AMX bf16 tiles (nullopt: it can): the CPU lacks amx_tile or
 // amx_bf16, or the kernel refuses the tile state (arch_prctl ARCH_REQ_XCOMP_PERM, which
 // this asks for, once, as the x86_amx lane's kernels do).

@@ -69,6 +69,14 @@ bool host_has_avx512() {
 #endif
 }
 
+bool host_has_avx2_fma() {
+#if defined(__x86_64__) || defined(__i386__)
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+  return false;
+#endif
+}
+
 std::optional<std::string> host_lacks_amx_bf16() {
   static const std::optional<std::string> why = []() -> std::optional<std::string> {
     if (!cpu_flag("amx_tile") || !cpu_flag("amx_bf16")) return "the CPU lacks AMX (amx_tile, amx_bf16)";

@@ -26,6 +26,9 @@ struct Tuning {
   // GEMM-rooted kinds: the x86_amx lane's bf16-tile micro-kernel (x86_amx_gemm.cpp) instead
   // of the zmm one; set by the lane, not an option.
   bool amx = false;
+  // GEMM-rooted kinds: the x86_avx2 lane's ymm micro-kernel (x86_avx2_gemm.cpp), scalar
+  // packing and the compiler-vectorised epilogue: no AVX-512 instruction. Set by the lane.
+  bool avx2 = false;
   int amx_parts_a = 3, amx_parts_b = 3;
   int exact = 0; // x86_amx: 1 computes all nine bf16 part products (x86_amx_gemm.cpp)
   // x86_amx: 0 runs vector work after the tile products instead of between them (attention's
@@ -65,6 +68,9 @@ struct StorageLoad {
 // apart) = cin + a^T b (cin rows ldin apart; NULL: zero; it may be c) with a packed [kc][MR] and b packed [kc][32];
 // accumulators live in zmm registers for the whole kc.
 std::string micro_kernel_source(int mr);
+// fusor_ukr with the same contract on AVX2 + FMA (x86_avx2_gemm.cpp): each 16-column half of
+// the tile in 2 x mr ymm accumulators (mr <= 6).
+std::string avx2_micro_kernel_source(int mr);
 // `fusor_transpose16(__m512 r[16])`: a 16 x 16 transpose in registers (r[c] ends holding
 // column c); micro_kernel_source includes it.
 std::string transpose16_source();

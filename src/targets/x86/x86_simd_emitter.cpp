@@ -1,5 +1,5 @@
-// The AVX-512 lane's emitter: the kernel's head (includes, storage and vector-math helpers,
-// micro-kernels), the ABI dims per spec policy, and the body of the region's kind.
+// The SIMD lanes' emitter (x86_avx512, x86_amx, x86_avx2): the kernel's head (includes, storage and vector-math
+// helpers, micro-kernels), the ABI dims per spec policy, and the body of the region's kind.
 #include "targets/x86/x86_simd_emitter.hpp"
 
 #include <charconv>
@@ -42,6 +42,8 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
                                     std::string_view lane) {
   simd::Tuning t;
   t.amx = lane == kAmxLane;
+  t.avx2 = lane == kAvx2Lane;
+  if (t.avx2) t.mr = 6; // 12 ymm accumulators, two B vectors and a broadcast: all 16 registers
   for (const auto& [key, value] : options) {
     int v = 0;
     const auto res = std::from_chars(value.data(), value.data() + value.size(), v);
@@ -63,14 +65,16 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
     std::string names;
     for (const Knob& k : kKnobs) {
       const std::string name = k.name;
-      // The AMX tile is 32 rows; `exact` and `overlap` are AMX's, `stream` the streaming kinds'.
+      // The AMX tile is 32 rows; `exact` and `overlap` are AMX's, `stream` the streaming kinds',
+      // `nb` attention's (AVX2 runs GEMM-rooted kinds only).
       if (t.amx ? name == "mr" || name == "stream" : name == "exact" || name == "overlap") continue;
+      if (t.avx2 && (name == "nb" || name == "stream")) continue;
       names += (names.empty() ? "" : ", ") + name;
       if (key == name) knob = &k;
     }
     if (!knob) return unsupported(kind, "unknown option '" + key + "=" + value + "' (options: " + names + ")", lane);
     int* field = &(t.*knob->field);
-    const int lo = knob->lo, hi = knob->hi;
+    const int lo = knob->lo, hi = t.avx2 && key == "mr" ? 6 : knob->hi;
     if (!number || v < lo || v > hi)
       return unsupported(
           kind, "option " + key + "=" + value + " is outside " + std::to_string(lo) + ".." + std::to_string(hi), lane);
@@ -139,6 +143,17 @@ std::optional<std::string> simd_declines(const Region& region) {
   return std::nullopt;
 }
 
+std::optional<std::string> avx2_declines(const Region& region) {
+  const RegionKind kind = region_kind(region);
+  if (kind != RegionKind::fused && kind != RegionKind::matmul && kind != RegionKind::gated)
+    return std::string("the x86_avx2 lane computes GEMM-rooted kinds only");
+  if (!host_has_avx2_fma()) return std::string("the host lacks AVX2 and FMA; the portable x86_c lane serves it");
+  const DType d = region_storage(region);
+  if (d == DType::fp8_e4m3 || d == DType::fp8_e5m2)
+    return std::string("fp8 storage is not supported by the x86_avx2 lane");
+  return std::nullopt;
+}
+
 std::optional<std::string> amx_declines(const Region& region) {
   if (auto why = simd_declines(region)) return why;
   const RegionKind kind = region_kind(region);
@@ -171,6 +186,7 @@ Expected<KernelSource> emit_lane(const Region& region, const EmitOptions& option
     tuning.amx_parts_a = simd::amx_parts(storage, f && !f->prologue().empty());
     tuning.amx_parts_b = simd::amx_parts(storage, false);
   }
+  if (tuning.avx2 && !gemm_kind) return unsupported(kind, "only GEMM-rooted kinds (fused, matmul, gated)", lane);
   std::string body;
   if (const auto* f = std::get_if<FusedRegion>(&region)) {
     body = simd::gemm_body({f->a_layout() == Layout::col_major, f->b_layout() == Layout::col_major, f->prologue(),
@@ -209,9 +225,11 @@ Expected<KernelSource> emit_lane(const Region& region, const EmitOptions& option
                                                                                  tuning.amx_parts_b, tuning.exact != 0)
                  : simd::amx_ukr_source(tuning.amx_parts_a, tuning.amx_parts_b, tuning.exact != 0, "fusor_amx_ukr") +
                        simd::amx_packing_ukr_source(tuning.amx_parts_a, tuning.amx_parts_b, tuning.exact != 0, ld));
+  else if (tuning.avx2)
+    head += simd::avx2_micro_kernel_source(tuning.mr);
   else if (gemm_kind || kind == RegionKind::attention)
     head += simd::micro_kernel_source(tuning.mr);
-  if (gemm_kind || kind == RegionKind::attention || kind == RegionKind::pointwise)
+  if ((gemm_kind && !tuning.avx2) || kind == RegionKind::attention || kind == RegionKind::pointwise)
     head += codegen::render_avx512_math_helpers(codegen::c99_avx512_dialect());
   if (kind == RegionKind::attention) head += simd::attention_pv_source(tuning);
   if (kind == RegionKind::pointwise || kind == RegionKind::pointwise_reduce) head += simd::pointwise_helpers();
@@ -229,6 +247,10 @@ Expected<KernelSource> emit_lane(const Region& region, const EmitOptions& option
 
 Expected<KernelSource> emit_simd(const Region& region, const EmitOptions& options) {
   return emit_lane(region, options, kAvx512Lane);
+}
+
+Expected<KernelSource> emit_avx2(const Region& region, const EmitOptions& options) {
+  return emit_lane(region, options, kAvx2Lane);
 }
 
 Expected<KernelSource> emit_amx(const Region& region, const EmitOptions& options) {

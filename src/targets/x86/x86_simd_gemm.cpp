@@ -11,7 +11,9 @@
 //     rows while they are still in L2.
 // Gated regions interleave Wg and Wu per panel ([16 gate columns | 16 up columns]) so one
 // micro-kernel call yields both products of the same output columns. The x86_amx lane runs
-// this loop nest with its own packing and micro-kernel (Tuning::amx, x86_amx_gemm.cpp).
+// this loop nest with its own packing and micro-kernel (Tuning::amx, x86_amx_gemm.cpp), the
+// x86_avx2 lane with an AVX2 micro-kernel, scalar packing and the float-loop epilogue
+// (Tuning::avx2, x86_avx2_gemm.cpp).
 #include "codegen/abi.hpp"
 #include "codegen/c_renderer.hpp"
 #include "targets/x86/x86_simd_common.hpp"
@@ -106,7 +108,7 @@ namespace {
 // Packs the item's A panels for this K block: storage -> f32, the prologue applied once per
 // element; rows past M are zero. The packed panel is written in order (k outer): MR
 // interleaved strided write streams would each fetch the same lines from L2 again.
-std::string pack_a(const GemmPlan& plan, const StorageLoad& ld) {
+std::string pack_a(const GemmPlan& plan, const StorageLoad& ld, bool avx2) {
   const auto& d = c99_simd_dialect();
   const auto& v16 = codegen::c99_avx512_dialect();
   const std::string T = ld.type;
@@ -120,7 +122,7 @@ std::string pack_a(const GemmPlan& plan, const StorageLoad& ld) {
   // a shuffle per element, against a load and a store each in the scalar loop).
   const bool vector_prologue =
       std::all_of(plan.prologue.begin(), plan.prologue.end(), [&](Op op) { return codegen::renders_in(v16, op); });
-  if (T == "float" && !plan.a_trans && vector_prologue) {
+  if (T == "float" && !plan.a_trans && vector_prologue && !avx2) {
     s += "          if (rows == FUSOR_MR)\n            for (; k0 + 16 <= kc; k0 += 16) {\n";
     s += transpose16_slab("A + (i + r) * K + pc + k0", "FUSOR_MR", plan.prologue, "dst + (k0 + c) * FUSOR_MR",
                           "(__mmask16)((1u << FUSOR_MR) - 1u)", "              ");
@@ -137,8 +139,14 @@ std::string pack_a(const GemmPlan& plan, const StorageLoad& ld) {
 }
 
 // Packs panels pb .. pb + pn of B (storage -> f32, layout; columns past N are zero).
-std::string pack_b(const GemmPlan& plan, const StorageLoad& ld) {
+std::string pack_b(const GemmPlan& plan, const StorageLoad& ld, bool avx2) {
   const std::string T = ld.type;
+  // 16 f32 from src to dst, whole vectors.
+  const auto copy16 = [avx2](const std::string& dst, const std::string& src) {
+    return avx2 ? "_mm256_storeu_ps(" + dst + ", _mm256_loadu_ps(" + src + ")); _mm256_storeu_ps(" + dst +
+                      " + 8, _mm256_loadu_ps(" + src + " + 8));"
+                : "_mm512_storeu_ps(" + dst + ", _mm512_loadu_ps(" + src + "));";
+  };
   const bool gated = plan.gate.has_value();
   const std::string CW = gated ? "16" : "32";
   std::string s;
@@ -164,8 +172,8 @@ std::string pack_b(const GemmPlan& plan, const StorageLoad& ld) {
     const bool f32 = T == "float";
     if (gated) {
       if (f32)
-        s += "              if (w == 16) {\n                _mm512_storeu_ps(dk, _mm512_loadu_ps(src + c0));\n"
-             "                _mm512_storeu_ps(dk + 16, _mm512_loadu_ps(src2 + c0));\n              }\n";
+        s += "              if (w == 16) {\n                " + copy16("dk", "src + c0") + "\n                " +
+             copy16("dk + 16", "src2 + c0") + "\n              }\n";
       else {
         s += "              if (w == 16)\n                for (int64_t j = 0; j < 16; ++j) {\n";
         s += "                  dk[j] = " + ld.load("src", "c0 + j") + ";\n";
@@ -177,8 +185,8 @@ std::string pack_b(const GemmPlan& plan, const StorageLoad& ld) {
       s += "                for (int64_t j = w; j < 16; ++j) dk[j] = dk[16 + j] = 0.0f;\n              }\n";
     } else {
       if (f32)
-        s += "              if (w == 32) {\n                _mm512_storeu_ps(dk, _mm512_loadu_ps(src + c0));\n"
-             "                _mm512_storeu_ps(dk + 16, _mm512_loadu_ps(src + c0 + 16));\n              }\n";
+        s += "              if (w == 32) {\n                " + copy16("dk", "src + c0") + "\n                " +
+             copy16("dk + 16", "src + c0 + 16") + "\n              }\n";
       else
         s += "              if (w == 32)\n                for (int64_t j = 0; j < 32; ++j) dk[j] = " +
              ld.load("src", "c0 + j") + ";\n";
@@ -284,7 +292,7 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
   if (amx)
     s += amx_pack_a(plan, ld, "        ");
   else
-    s += pack_a(plan, ld);
+    s += pack_a(plan, ld, tuning.avx2);
   s += "        for (int64_t pb = p_lo; pb < p_hi; pb += NBP) {\n";
   s += "          const int64_t pn = p_hi - pb < NBP ? p_hi - pb : NBP;\n";
   if (overlap) {
@@ -301,7 +309,7 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
     s += "          uint16_t* restrict bcur = bp;\n";
     s += amx_pack_b(plan, ld, "          ");
   } else {
-    s += pack_b(plan, ld);
+    s += pack_b(plan, ld, tuning.avx2);
   }
   // ---- every packed panel x A panel: the micro-kernel, then the merge or the epilogue.
   s += "          for (int64_t p = pb; p < pb + pn; ++p)\n            for (int64_t q = 0; q < nq; ++q) {\n";
@@ -342,7 +350,8 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
   // the float loop.
   std::vector<Op> ops = plan.epilogue;
   if (gated) ops.push_back(*plan.gate);
-  const bool vector_epilogue = std::all_of(ops.begin(), ops.end(), [&](Op op) { return codegen::renders_in(v16, op); });
+  const bool vector_epilogue =
+      !tuning.avx2 && std::all_of(ops.begin(), ops.end(), [&](Op op) { return codegen::renders_in(v16, op); });
   s += "              for (int64_t r = 0; r < rows; ++r) {\n";
   s += "                const float* restrict t = tile + r * 32;\n";
   s += "                float* restrict o = out + (r0 + r) * N + c0;\n";

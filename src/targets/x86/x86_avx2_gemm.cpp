@@ -1,0 +1,48 @@
+// The x86_avx2 lane's micro-kernel: the AVX-512 lane's GEMM loop nest (gemm_body: packed
+// panels, K blocks, the epilogue on the L1 tile before the single store) around an AVX2 + FMA
+// register tile, for hosts without AVX-512. Sixteen ymm registers hold an MR x 16 half of
+// the MR x 32 tile (2 x MR accumulators, two B vectors and the broadcast A value: MR <= 6),
+// so the kernel runs the packed panel's two 16-column halves one after the other, reading
+// the MR-row A panel twice (from L1) instead of spilling accumulators.
+#include "targets/x86/x86_simd_common.hpp"
+
+namespace fusor::x86::simd {
+
+std::string avx2_micro_kernel_source(int mr) {
+  const std::string MR = std::to_string(mr);
+  std::string s = "#define FUSOR_MR " + MR + "\n";
+  // fusor_ukr's contract (x86_simd_common.hpp): c[MR][32] = cin + a^T b, cin may be c (each
+  // half reads its own columns of cin before it writes them) or NULL for zero.
+  s += "static void fusor_ukr(int64_t kc, const float* restrict a, const float* restrict b, float* c, int64_t ldc, "
+       "const float* cin, int64_t ldin) {\n";
+  s += "  for (int64_t h = 0; h < 32; h += 16) {\n";
+  for (int r = 0; r < mr; ++r)
+    s += "    __m256 c" + std::to_string(r) + "_0 = _mm256_setzero_ps(), c" + std::to_string(r) +
+         "_1 = _mm256_setzero_ps();\n";
+  s += "    if (cin) {\n";
+  for (int r = 0; r < mr; ++r) {
+    const std::string R = std::to_string(r);
+    s += "      c" + R + "_0 = _mm256_loadu_ps(cin + " + R + " * ldin + h); c" + R + "_1 = _mm256_loadu_ps(cin + " + R +
+         " * ldin + h + 8);\n";
+  }
+  s += "    }\n";
+  s += "    #pragma GCC unroll 4\n";
+  s += "    for (int64_t k = 0; k < kc; ++k) {\n";
+  s += "      const __m256 b0 = _mm256_loadu_ps(b + k * 32 + h), b1 = _mm256_loadu_ps(b + k * 32 + h + 8);\n";
+  s += "      const float* restrict ak = a + k * " + MR + ";\n";
+  for (int r = 0; r < mr; ++r) {
+    const std::string R = std::to_string(r);
+    s += "      { const __m256 av = _mm256_broadcast_ss(ak + " + R + "); c" + R + "_0 = _mm256_fmadd_ps(av, b0, c" + R +
+         "_0); c" + R + "_1 = _mm256_fmadd_ps(av, b1, c" + R + "_1); }\n";
+  }
+  s += "    }\n";
+  for (int r = 0; r < mr; ++r) {
+    const std::string R = std::to_string(r);
+    s += "    _mm256_storeu_ps(c + " + R + " * ldc + h, c" + R + "_0); _mm256_storeu_ps(c + " + R +
+         " * ldc + h + 8, c" + R + "_1);\n";
+  }
+  s += "  }\n}\n\n";
+  return s;
+}
+
+} // namespace fusor::x86::simd

@@ -3,9 +3,9 @@
 // rooted and attention cases run the x86_amx lane and the x86_avx512 lane where the host has
 // AMX, and fusor's time is the faster one's, as its arbiter picks by measurement (both are
 // reported); every other case runs the x86_avx512 lane; --lane runs one lane only (cases of
-// kinds it does not compute keep the base lane). A host without AVX-512 runs GEMM-rooted
-// cases on the x86_avx2 lane and the portable x86_c lane, the faster one's time fusor's, and
-// every other case on x86_c, as its arbiter would.
+// kinds it does not compute keep the base lane). A host without AVX-512 runs GEMM-rooted and
+// attention cases on the x86_avx2 lane and the portable x86_c lane, the faster one's time
+// fusor's, and every other case on x86_c, as its arbiter would.
 // fusor is timed on the kernel call alone (operands already packed into their ABI buffers);
 // each peer on its equivalent calls. The oracle's error is measured on the first rows of the
 // output against the double reference, and each peer's output on the same rows beside it.
@@ -750,8 +750,9 @@ int run(const Options& opt) {
       {"pointwise", "pointwise_reduce_sumsq_4096x4096", [&] { return bench_pointwise(true, 4096, 4096, opt); }});
 
   if (!host_has_avx512() && gemm_lane_choice().empty())
-    std::fprintf(stderr, "fusor-bench: this host lacks AVX-512, so x86_avx512 and x86_amx decline; fusor's times are "
-                         "the portable x86_c lane's (GEMM-rooted cases: the faster of it and x86_avx2)\n");
+    std::fprintf(stderr,
+                 "fusor-bench: this host lacks AVX-512, so x86_avx512 and x86_amx decline; fusor's times are "
+                 "the portable x86_c lane's (GEMM-rooted and attention cases: the faster of it and x86_avx2)\n");
   const std::optional<double> peak = fma_peak_gflops();
   json doc;
   doc["machine"] = machine(peak, tile_rate());
@@ -818,7 +819,8 @@ int main(int argc, char** argv) {
           "SUITE: gemm | gated | attention | norm | pointwise | all\n"
           "--lane: the one lane of GEMM-rooted and attention cases (kinds it does not compute keep the base lane). "
           "Default: x86_amx and x86_avx512 where the host has AMX, else x86_avx512; both are timed and the faster "
-          "one is fusor's, as its arbiter picks. A host without AVX-512 runs GEMM-rooted cases on x86_avx2 and the "
+          "one is fusor's, as its arbiter picks. A host without AVX-512 runs GEMM-rooted and attention cases on "
+          "x86_avx2 and the "
           "portable x86_c lane, the faster one's time fusor's, and every other case on x86_c\n");
       return 0;
     } else if (opt.suite.empty() && a[0] != '-')

@@ -1,9 +1,11 @@
-// The x86_avx2 lane: GEMM-rooted kinds on an AVX2 + FMA register tile for hosts without
-// AVX-512. Its kernels hold no AVX-512 instruction (they build for Haswell), every GEMM kind
-// and storage passes the oracle, and ragged shapes with K split into many blocks match the
-// reference. On a host with AVX-512 the same kernels run too (AVX2 is a subset).
+// The x86_avx2 lane: GEMM-rooted kinds and attention on an AVX2 + FMA register tile for hosts
+// without AVX-512. Its kernels hold no AVX-512 instruction (they build for Haswell), every
+// kind and storage passes the oracle, and ragged shapes, K split into many blocks and keys
+// into many softmax steps match the reference. On a host with AVX-512 the same kernels run too
+// (AVX2 is a subset).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -25,6 +27,7 @@ namespace fusor {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::attention_dims;
 using testing::gemm;
 using testing::region_of;
 using testing::x86;
@@ -59,14 +62,14 @@ void expect_matches_reference(const Region& region, const ProblemShape& dims, st
 const std::map<std::string, std::string> kSmallBlocks = {{"kc", "16"}, {"mc", "8"}, {"mr", "4"}, {"serial", "0"}};
 const std::int64_t kRagged[] = {1, 7, 17, 129};
 
-TEST(X86Avx2, RegisteredForGemmKindsOnly) {
-  for (auto kind : {RegionKind::fused, RegionKind::matmul, RegionKind::gated}) {
+TEST(X86Avx2, RegisteredForGemmKindsAndAttention) {
+  for (auto kind : {RegionKind::fused, RegionKind::matmul, RegionKind::gated, RegionKind::attention}) {
     const Candidate* c = avx2_lane(kind);
     ASSERT_NE(c, nullptr) << region_kind_name(kind);
     EXPECT_EQ(c->tier, 2);
     EXPECT_EQ(c->target, "x86");
   }
-  for (auto kind : {RegionKind::attention, RegionKind::pointwise, RegionKind::pointwise_reduce, RegionKind::norm_chain})
+  for (auto kind : {RegionKind::pointwise, RegionKind::pointwise_reduce, RegionKind::norm_chain})
     EXPECT_EQ(avx2_lane(kind), nullptr) << region_kind_name(kind) << ": x86_c serves it on an AVX2 host";
 }
 
@@ -77,25 +80,27 @@ TEST(X86Avx2, DeclinesWithReasons) {
   ASSERT_TRUE(why.has_value());
   EXPECT_NE(why->find(host_has_avx2_fma() ? "fp8" : "AVX2"), std::string::npos) << *why;
   EXPECT_EQ(c->declines(region_of("fused { epilogue = [relu] }")).has_value(), !host_has_avx2_fma());
-  EXPECT_NE(x86::avx2_declines(region_of("attention { causal = true }")).value_or("").find("GEMM-rooted kinds only"),
+  EXPECT_NE(x86::avx2_declines(region_of("norm_chain { norm = rmsnorm }")).value_or("").find("GEMM-rooted kinds and"),
             std::string::npos);
   // The emitter writes source for any host; its knobs are checked there.
   EmitOptions bad;
-  for (const auto& [key, value] : std::map<std::string, std::string>{
-           {"mr", "7"}, // 14 accumulators + 2 B + a broadcast: more than 16 ymm registers
-           {"mr", "3"},
-           {"nb", "64"},   // attention's
-           {"exact", "1"}, // AMX's
-           {"stream", "1"}}) {
+  const std::vector<std::pair<std::string, std::string>> rejected = {
+      {"mr", "7"},     // 14 accumulators + 2 B + a broadcast: more than 16 ymm registers
+      {"mr", "3"},     // below the knob's range
+      {"nb", "48"},    // not a whole number of 32-key panels
+      {"exact", "1"},  // AMX's
+      {"stream", "1"}, // the streaming kinds'
+  };
+  for (const auto& [key, value] : rejected) {
     bad.options = {{key, value}};
     auto src = c->emit(region_of("fused { epilogue = [relu] }"), bad);
     ASSERT_FALSE(src.ok()) << key << "=" << value;
     EXPECT_EQ(src.error().code, ErrorCode::emit_unsupported);
     EXPECT_NE(src.error().message.find("lane x86_avx2"), std::string::npos) << src.error().message;
   }
-  auto att = x86::emit_avx2(region_of("attention { causal = true }"), {});
-  ASSERT_FALSE(att.ok());
-  EXPECT_NE(att.error().message.find("only GEMM-rooted kinds"), std::string::npos) << att.error().message;
+  auto norm = x86::emit_avx2(region_of("norm_chain { norm = rmsnorm }"), {});
+  ASSERT_FALSE(norm.ok());
+  EXPECT_NE(norm.error().message.find("only GEMM-rooted kinds"), std::string::npos) << norm.error().message;
 }
 
 // The lane's point is hosts without AVX-512: its kernels must hold no AVX-512 instruction.
@@ -108,7 +113,9 @@ TEST(X86Avx2, KernelsBuildForHaswellWithoutAvx512) {
        {"fused { prologue = [silu]; epilogue = [bias, gelu]; residual = true }",
         "fused { epilogue = [bias, relu]; reduction = layer_norm; storage = bf16 }",
         "fused { epilogue = [bias, gelu_erf]; residual = true; storage = f16; b_layout = col_major }",
-        "matmul { transpose_a = true }", "gated { gate_act = silu }", "gated { gate_act = gelu; storage = bf16 }"}) {
+        "matmul { transpose_a = true }", "gated { gate_act = silu }", "gated { gate_act = gelu; storage = bf16 }",
+        "attention { scale = 0.125; causal = true }",
+        "attention { scale = -0.3; causal = false; q_transposed = true; storage = f16 }"}) {
     const Region region = region_of(text);
     auto src = avx2_lane(region_kind(region))->emit(region, {});
     ASSERT_TRUE(src.ok()) << text << ": " << src.error().str();
@@ -126,10 +133,10 @@ TEST(X86Avx2, KernelsBuildForHaswellWithoutAvx512) {
     ++built;
   }
   fs::remove_all(dir);
-  EXPECT_EQ(built, 6);
+  EXPECT_EQ(built, 8);
 }
 
-TEST(X86Avx2, OracleVerifiesEveryGemmKind) {
+TEST(X86Avx2, OracleVerifiesEveryKind) {
   REQUIRE_AVX2();
   const char* regions[] = {
       "fused { epilogue = [bias, gelu] }",
@@ -143,11 +150,15 @@ TEST(X86Avx2, OracleVerifiesEveryGemmKind) {
       "matmul { storage = bf16 }",
       "gated { gate_act = silu }",
       "gated { gate_act = gelu; storage = bf16 }",
+      "attention { scale = 0.125; causal = true }",
+      "attention { scale = 0.3; causal = false; q_transposed = true; k_transposed = true; storage = f16 }",
+      "attention { scale = 0.2; causal = false; storage = bf16 }",
   };
   for (const char* text : regions) testing::expect_verified_on("x86_avx2", region_of(text));
   for (const char* text : {"fused { epilogue = [bias, gelu]; residual = true }", "gated { gate_act = silu }",
-                           "fused { epilogue = [bias]; reduction = softmax }"})
+                           "fused { epilogue = [bias]; reduction = softmax }", "attention { causal = true }"})
     testing::expect_verified_on("x86_avx2", region_of(text), kSmallBlocks);
+  testing::expect_verified_on("x86_avx2", region_of("attention { causal = false }"), {{"nb", "32"}, {"mr", "4"}});
 }
 
 TEST(X86Avx2, RaggedShapesAndKBlocks) {
@@ -171,6 +182,57 @@ TEST(X86Avx2, RaggedShapesAndKBlocks) {
   const Region red = region_of("fused { epilogue = [bias]; reduction = rmsnorm }");
   expect_matches_reference(red, gemm(7, 4096, 17), 6, 0.5);
   expect_matches_reference(red, gemm(17, 1000, 129), 7, 0.5, kSmallBlocks);
+}
+
+// Attention: one or many online-softmax steps (nb), a causal diagonal inside a later key
+// block, query blocks of 4..6 rows with ragged last ones, batch, heads and GQA, Dv not a
+// multiple of the 32-column panel, transposed operands, 16-bit storage and a negative scale
+// (the max over a scaled copy instead of the raw scores).
+TEST(X86Avx2, AttentionShapesAndKeyBlocks) {
+  REQUIRE_AVX2();
+  const std::map<std::string, std::string> knobs[] = {{}, {{"nb", "32"}}, {{"nb", "64"}, {"mr", "4"}}};
+  for (bool causal : {false, true}) {
+    const Region region =
+        region_of(std::string("attention { scale = 0.2; causal = ") + (causal ? "true" : "false") + " }");
+    for (const auto& k : knobs) {
+      expect_matches_reference(region, attention_dims(0, 1, 1, 129, 300, 64), 30, 1.0, k);
+      expect_matches_reference(region, attention_dims(2, 4, 2, 61, 77, 40), 31, 1.0, k); // GQA, Dv = 32 + 8
+      expect_matches_reference(region, attention_dims(0, 1, 1, 50, 50, 80), 32, 1.0, k); // Dv = 32 + 32 + 16
+    }
+    expect_matches_reference(region, attention_dims(0, 1, 1, 17, 4096, 128), 14, 1.0);
+    expect_matches_reference(region, attention_dims(1, 6, 3, 9, 17, 24), 18, 1.0);
+  }
+  const Region half = region_of("attention { scale = 0.3; causal = true; k_transposed = true; storage = f16 }");
+  expect_matches_reference(half, attention_dims(0, 1, 1, 17, 129, 64), 19, 1.0);
+  const Region negative = region_of("attention { scale = -0.3; causal = false }");
+  expect_matches_reference(negative, attention_dims(0, 1, 1, 33, 100, 64), 20, 1.0);
+  const Region q_transposed = region_of("attention { scale = 0.3; causal = true; q_transposed = true }");
+  expect_matches_reference(q_transposed, attention_dims(0, 2, 2, 29, 70, 48), 21, 1.0);
+}
+
+// On the causal diagonal a key masked for one query is visible to a later one in the same
+// query block: NaN values of such keys must reach only the queries that see them.
+TEST(X86Avx2, AttentionMaskedValuesNeverLeak) {
+  REQUIRE_AVX2();
+  const Region region = region_of("attention { scale = 0.25; causal = true }");
+  for (const auto& knob : std::vector<std::map<std::string, std::string>>{{}, {{"nb", "32"}}}) {
+    const std::int64_t m = 60, first_nan = 37;
+    auto operands = make_operands(region, attention_dims(0, 1, 1, m, m, 16), 33, 1.0);
+    for (std::int64_t n = first_nan; n < m; ++n)
+      for (std::int64_t c = 0; c < 16; ++c) operands[2].data[n * 16 + c] = NAN;
+    auto ref = evaluate_reference(region, operands);
+    ASSERT_TRUE(ref.ok()) << ref.error().str();
+    ExecuteOptions o;
+    o.candidate = avx2_lane(RegionKind::attention);
+    o.emit.options = knob;
+    o.emit.options["serial"] = "0";
+    o.reference_fallback = false;
+    auto out = execute_on_target(x86(), region, operands, o);
+    ASSERT_TRUE(out.ok()) << out.error().str();
+    EXPECT_TRUE(testing::all_close(out->output, *ref));
+    for (std::int64_t i = 0; i < m; ++i)
+      EXPECT_EQ(std::isnan(out->output.data[i * 16]), i >= first_nan) << "query " << i;
+  }
 }
 
 } // namespace

@@ -103,11 +103,14 @@ static void fusor_pv(int tile_rows, int64_t j0, int64_t j1, const float* restric
 constexpr int kQueryBlocks = 4, kAmxQueryBlocks = 16;
 
 std::string attention_pv_source(const Tuning& tuning) {
-  return "#define FUSOR_NB " + std::to_string(tuning.nb) + "\n" + kPv + (tuning.amx ? amx_attention_step_source() : "");
+  // (The AVX2 lane's P·V is its GEMM micro-kernel.)
+  return "#define FUSOR_NB " + std::to_string(tuning.nb) + "\n" + (tuning.avx2 ? "" : kPv) +
+         (tuning.amx ? amx_attention_step_source() : "");
 }
 
 std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, const Tuning& tuning) {
-  const bool amx = tuning.amx; // both products on AMX tiles (x86_amx_attention.cpp)
+  const bool amx = tuning.amx;   // both products on AMX tiles (x86_amx_attention.cpp)
+  const bool avx2 = tuning.avx2; // both products on the AVX2 micro-kernel (x86_avx2_attention.cpp)
   const auto& d = c99_simd_dialect();
   const auto& v = codegen::c99_avx512_dialect();
   const std::string T = ld.type;
@@ -124,9 +127,10 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   s += "  if (Nk == 0) { memset(out, 0, sizeof(float) * (size_t)(nbh * M * Dv)); return 0; }\n";
   // Key block (a multiple of the 32-key panel) and the rows of the padded query block.
   s += "  const int64_t NB = FUSOR_NB;\n";
-  s += "  const int64_t MRP = fusor_cdiv(FUSOR_MR, FUSOR_PVR) * FUSOR_PVR;\n";
-  // Output rows of a block: AMX stores whole 32-column tiles.
-  s += amx ? "  const int64_t LDO = fusor_cdiv(Dv, 32) * 32;\n" : "  const int64_t LDO = Dv;\n";
+  s += avx2 ? "  const int64_t MRP = FUSOR_MR;\n"
+            : "  const int64_t MRP = fusor_cdiv(FUSOR_MR, FUSOR_PVR) * FUSOR_PVR;\n";
+  // Output rows of a block: AMX and the AVX2 micro-kernel store whole 32-column tiles.
+  s += amx || avx2 ? "  const int64_t LDO = fusor_cdiv(Dv, 32) * 32;\n" : "  const int64_t LDO = Dv;\n";
   s += "  enum { QS = " + std::to_string(amx ? kAmxQueryBlocks : kQueryBlocks) + " };\n";
   s += "  int nthreads = 1;\n#ifdef _OPENMP\n  nthreads = omp_get_max_threads();\n#endif\n";
   s += "  int64_t qs = fusor_cdiv(M, FUSOR_MR) * nbh / (2 * nthreads);\n";
@@ -147,7 +151,11 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
          "32));\n";
     s += "  if (!kp) return 2;\n";
   }
-  if (!f32) {
+  if (avx2) {
+    s += "  const int64_t ndp = fusor_cdiv(Dv, 32);\n";
+    s += "  float* restrict vp = (float*)fusor_scratch(2, sizeof(float) * (size_t)(nkv * ndp * Nk * 32));\n";
+    s += "  if (!vp) return 2;\n";
+  } else if (!f32) {
     s += "  float* restrict vf = (float*)fusor_scratch(4, sizeof(float) * (size_t)(nkv * Nk * Dv));\n";
     s += "  if (!vf) return 2;\n";
   }
@@ -172,7 +180,7 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
     // f32 panels of 32 keys go 16 keys x 16 features at a time through the register transpose.
     s += "      float* restrict dst = kp + hb * D * 32;\n";
     s += "      int64_t c0 = 0;\n";
-    if (f32) {
+    if (f32 && !avx2) {
       s += "      if (w == 32)\n        for (; c0 + 16 <= D; c0 += 16)\n          for (int64_t jh = 0; jh < 32; jh += "
            "16) {\n";
       s += transpose16_slab("kh + (n0 + jh + r) * D + c0", "16", {}, "dst + (c0 + c) * 32 + jh", "(__mmask16)0xFFFF",
@@ -193,10 +201,12 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
     if (!f32)
       s += "    int vany = 0;\n    for (int64_t hp = 0; hp < nkv * ndp; ++hp) vany |= vfl[hp];\n    if (vany) {\n" +
            v_to_f32 + "    }\n";
+  } else if (avx2) {
+    s += avx2_attention_pack_v(ld);
   } else if (!f32) {
     s += v_to_f32;
   }
-  s += "    const float* restrict vall = " + std::string(f32 ? "V" : "vf") + ";\n";
+  if (!avx2) s += "    const float* restrict vall = " + std::string(f32 ? "V" : "vf") + ";\n";
   // Per thread: QS packed query blocks [QS][D][MR], their output rows [QS * MRP][Dv] and
   // running max/sum, and the scores -> probabilities of one block [MRP][NB] (rows past the
   // micro-kernel's MR stay zero).
@@ -205,13 +215,16 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
          "    unsigned char qfl[QS * FUSOR_MR];\n";
   else
     s += "    float* qp = (float*)fusor_scratch(5, sizeof(float) * (size_t)(qs * (D > 0 ? D : 1) * FUSOR_MR));\n";
+  // (AVX2: Pᵀ of one block, the P·V micro-kernel's A side.)
+  if (avx2) s += "    float* pt = (float*)fusor_scratch(1, sizeof(float) * (size_t)(NB * FUSOR_MR));\n";
   s += "    float* ob = (float*)fusor_scratch(6, sizeof(float) * (size_t)(qs * MRP * LDO));\n";
   // (AMX: two of them, each followed by P's bf16 parts: a block step's softmax runs while the
   // tiles compute the next step's scores and the previous step's P·V.)
   s += "    const size_t spn = (size_t)(MRP * NB" + std::string(amx ? " + FUSOR_NSP * NB * 16" : "") + ");\n";
   s += std::string("    float* sp = (float*)fusor_scratch(7, sizeof(float) * spn") + (amx ? " * 2" : "") + ");\n";
   s += "    float mall[QS * FUSOR_MR], lall[QS * FUSOR_MR];\n";
-  s += "    if (!qp || !ob || !sp) {\n      #pragma omp atomic write\n      failed = 1;\n    } else {\n";
+  const std::string scratch_ok = avx2 ? "qp && ob && sp && pt" : "qp && ob && sp";
+  s += "    if (!(" + scratch_ok + ")) {\n      #pragma omp atomic write\n      failed = 1;\n    } else {\n";
   // Every step writes the scores of rows below FUSOR_MR; only the padding rows are zeroed here
   // (zeroing whole buffers took 1.3 % of attention's time at S = 512).
   s += "      for (int b_ = 0; b_ < " + std::string(amx ? "2" : "1") +
@@ -222,7 +235,7 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
     s += "    const int64_t nqb = fusor_cdiv(M, qs * FUSOR_MR);\n";
     s += "    #pragma omp for schedule(dynamic, 1)\n";
     s += "    for (int64_t item = 0; item < nbh * nqb; ++item) {\n";
-    s += "      if (!qp || !ob || !sp) continue;\n";
+    s += "      if (!(" + scratch_ok + ")) continue;\n";
     s += "      const int64_t bh = item % nbh, q0 = (nqb - 1 - item / nbh) * qs * FUSOR_MR, qn = qs;\n";
   } else {
     // Items claimed guided-style from the (head, query block) sequence: up to qs blocks within
@@ -242,7 +255,7 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
     s += "        if (__atomic_compare_exchange_n(&claim, &u, u + qn, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) break;\n";
     s += "      }\n";
     s += "      if (u >= nall) break;\n";
-    s += "      if (!qp || !ob || !sp) continue;\n";
+    s += "      if (!(" + scratch_ok + ")) continue;\n";
     s += "      const int64_t bh = u / nqm, q0 = (u % nqm) * FUSOR_MR;\n";
   }
   s += "      const int64_t b = bh / heads, h = bh % heads, kvh = b * kv_heads + h / group;\n";
@@ -258,7 +271,7 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
     s += "        float* restrict dst = qp + sb * D * FUSOR_MR;\n";
     s += "        int64_t c0 = 0;\n";
     // Whole f32 query blocks go 16 features at a time through the register transpose.
-    if (f32 && !r.q_transposed()) {
+    if (f32 && !r.q_transposed() && !avx2) {
       s += "        if (i0 + FUSOR_MR <= M)\n          for (; c0 + 16 <= D; c0 += 16) {\n";
       s += transpose16_slab("qh + (i0 + r) * D + c0", "FUSOR_MR", {}, "dst + (c0 + c) * FUSOR_MR",
                             "(__mmask16)((1u << FUSOR_MR) - 1u)", "            ");
@@ -272,7 +285,7 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
     s += "        }\n      }\n";
   }
   s += "      for (int64_t rr = 0; rr < qs * FUSOR_MR; ++rr) { mall[rr] = -INFINITY; lall[rr] = 0.0f; }\n";
-  s += "      const float* restrict vh = vall + kvh * Nk * Dv;\n";
+  if (!avx2) s += "      const float* restrict vh = vall + kvh * Nk * Dv;\n";
   if (amx) {
     s += "      int vfin = 1;\n";
     s += "      for (int64_t p = 0; p < ndp; ++p) vfin &= !vfl[kvh * ndp + p];\n";
@@ -435,8 +448,8 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
          "NULL, 0);\n";
     s += "        for (int64_t rr = 0; rr < rows; ++rr) {\n" + row_limit;
     s += "          if (lim <= 0) continue; /* causal: no key of this block is visible yet */\n";
-    s += softmax_row("", "") + "        }\n";
-    s += pv;
+    s += (avx2 ? avx2_attention_softmax_row(r.scale()) : softmax_row("", "")) + "        }\n";
+    s += avx2 ? avx2_attention_pv(causal) : pv;
     s += "      }\n";
   }
   s += "      for (int64_t k = 0; k < qrows; ++k) {\n";

@@ -155,6 +155,12 @@ std::string amx_attention_split_row(const std::string& hook);
 std::string amx_attention_split_chunk();
 std::string amx_attention_steps(const AttentionRegion& r, const StorageLoad& ld, bool overlap,
                                 const std::string& step_rows, const std::string& rows_loop, const std::string& zmm_pv);
+// The x86_avx2 lane's attention pieces (x86_avx2_attention.cpp), in attention_body's loops:
+// packing V of every KV head into 32-column panels, one row's online-softmax step, and the
+// block's P·V through fusor_ukr.
+std::string avx2_attention_pack_v(const StorageLoad& ld);
+std::string avx2_attention_softmax_row(float scale);
+std::string avx2_attention_pv(bool causal);
 std::string norm_chain_body(const NormChainRegion& region);
 std::string pointwise_body(const PointwiseGraphRegion& region);
 std::string pointwise_reduce_body(const PointwiseReduceRegion& region);

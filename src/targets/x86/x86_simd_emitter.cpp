@@ -65,10 +65,9 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
     std::string names;
     for (const Knob& k : kKnobs) {
       const std::string name = k.name;
-      // The AMX tile is 32 rows; `exact` and `overlap` are AMX's, `stream` the streaming kinds',
-      // `nb` attention's (AVX2 runs GEMM-rooted kinds only).
+      // The AMX tile is 32 rows; `exact` and `overlap` are AMX's, `stream` the streaming kinds'.
       if (t.amx ? name == "mr" || name == "stream" : name == "exact" || name == "overlap") continue;
-      if (t.avx2 && (name == "nb" || name == "stream")) continue;
+      if (t.avx2 && name == "stream") continue;
       names += (names.empty() ? "" : ", ") + name;
       if (key == name) knob = &k;
     }
@@ -82,7 +81,7 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
     *field = v;
   }
   // Attention's default query block: one 12-row P·V tile (x86_simd_attention.cpp says why).
-  if (kind == RegionKind::attention && !options.count("mr")) t.mr = 12;
+  if (kind == RegionKind::attention && !options.count("mr")) t.mr = t.avx2 ? 6 : 12;
   // AMX's K block: 384 keeps a 512-row A block (three bf16 parts) within 1 MiB of L2, so B is
   // packed once per K block; best of 30 calls at 512x2048x768 / 1024^3 / 128x3072x768 /
   // 2048^3 / gated 512x768->2048: 3.9-4.1 / 5.1-5.5 / 1.7 / 42.8 / 7.4 ms against 4.3 / 5.1-5.6
@@ -145,8 +144,9 @@ std::optional<std::string> simd_declines(const Region& region) {
 
 std::optional<std::string> avx2_declines(const Region& region) {
   const RegionKind kind = region_kind(region);
-  if (kind != RegionKind::fused && kind != RegionKind::matmul && kind != RegionKind::gated)
-    return std::string("the x86_avx2 lane computes GEMM-rooted kinds only");
+  if (kind != RegionKind::fused && kind != RegionKind::matmul && kind != RegionKind::gated &&
+      kind != RegionKind::attention)
+    return std::string("the x86_avx2 lane computes GEMM-rooted kinds and attention only");
   if (!host_has_avx2_fma()) return std::string("the host lacks AVX2 and FMA; the portable x86_c lane serves it");
   const DType d = region_storage(region);
   if (d == DType::fp8_e4m3 || d == DType::fp8_e5m2)
@@ -178,15 +178,14 @@ Expected<KernelSource> emit_lane(const Region& region, const EmitOptions& option
   const std::string key = codegen::shape_key(kind, options.spec, options.dims);
 
   const bool gemm_kind = kind == RegionKind::fused || kind == RegionKind::matmul || kind == RegionKind::gated;
+  if ((tuning.amx || tuning.avx2) && !gemm_kind && kind != RegionKind::attention)
+    return unsupported(kind, "only GEMM-rooted kinds (fused, matmul, gated) and attention", lane);
   if (tuning.amx) {
-    if (!gemm_kind && kind != RegionKind::attention)
-      return unsupported(kind, "only GEMM-rooted kinds (fused, matmul, gated) and attention", lane);
     const auto* f = std::get_if<FusedRegion>(&region);
     // Attention: A, B are Q, K (the scores); V has as many parts and the probabilities three.
     tuning.amx_parts_a = simd::amx_parts(storage, f && !f->prologue().empty());
     tuning.amx_parts_b = simd::amx_parts(storage, false);
   }
-  if (tuning.avx2 && !gemm_kind) return unsupported(kind, "only GEMM-rooted kinds (fused, matmul, gated)", lane);
   std::string body;
   if (const auto* f = std::get_if<FusedRegion>(&region)) {
     body = simd::gemm_body({f->a_layout() == Layout::col_major, f->b_layout() == Layout::col_major, f->prologue(),
@@ -229,7 +228,7 @@ Expected<KernelSource> emit_lane(const Region& region, const EmitOptions& option
     head += simd::avx2_micro_kernel_source(tuning.mr);
   else if (gemm_kind || kind == RegionKind::attention)
     head += simd::micro_kernel_source(tuning.mr);
-  if ((gemm_kind && !tuning.avx2) || kind == RegionKind::attention || kind == RegionKind::pointwise)
+  if (!tuning.avx2 && (gemm_kind || kind == RegionKind::attention || kind == RegionKind::pointwise))
     head += codegen::render_avx512_math_helpers(codegen::c99_avx512_dialect());
   if (kind == RegionKind::attention) head += simd::attention_pv_source(tuning);
   if (kind == RegionKind::pointwise || kind == RegionKind::pointwise_reduce) head += simd::pointwise_helpers();

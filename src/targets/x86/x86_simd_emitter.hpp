@@ -31,10 +31,10 @@ inline constexpr std::string_view kAmxLane = "x86_amx";
 std::optional<std::string> amx_declines(const Region& region);
 Expected<KernelSource> emit_amx(const Region& region, const EmitOptions& options);
 
-// The x86_avx2 lane: GEMM-rooted kinds (fused, matmul, gated) with the AVX-512 lane's loop
-// nest around an AVX2 + FMA micro-kernel (x86_avx2_gemm.cpp), for hosts without AVX-512;
-// other kinds stay with the portable x86_c lane there. Options: "mr" (4..6, default 6),
-// "kc", "mc", "serial".
+// The x86_avx2 lane: GEMM-rooted kinds (fused, matmul, gated) and attention with the AVX-512
+// lane's loop nests around an AVX2 + FMA micro-kernel (x86_avx2_gemm.cpp; attention's
+// pieces: x86_avx2_attention.cpp), for hosts without AVX-512; other kinds stay with the
+// portable x86_c lane there. Options: "mr" (4..6, default 6), "kc", "mc", "nb", "serial".
 inline constexpr std::string_view kAvx2Lane = "x86_avx2";
 std::optional<std::string> avx2_declines(const Region& region);
 Expected<KernelSource> emit_avx2(const Region& region, const EmitOptions& options);

@@ -1,0 +1,99 @@
+// The x86_avx2 lane's pieces of flash-style attention (attention_body's loops, as the AVX-512
+// lane's): both products run the lane's GEMM micro-kernel, fusor_ukr. Scores are Q·Kᵀ with
+// the query block packed [D][MR] and K [32-key panel][D][32], as in the AVX-512 lane; P·V is
+// Pᵀ packed [keys][MR] against V packed once per KV head as [32-column panel][Nk][32], the
+// block's output rows (LDO, a multiple of 32 columns) passed as both `c` and `cin`, so the
+// accumulators stay in registers over all keys of the step. The online softmax between them
+// is the op table's steps as float loops the compiler vectorises 8 lanes wide (e^d through
+// fusor_expf, the table's spelling).
+#include "codegen/c_renderer.hpp"
+#include "targets/x86/x86_simd_common.hpp"
+
+namespace fusor::x86::simd {
+
+// V of every KV head (any storage) as f32 panels of 32 columns over all keys; columns past
+// Dv are zero, so the padded output columns only ever add zeros.
+std::string avx2_attention_pack_v(const StorageLoad& ld) {
+  std::string s;
+  s += "    #pragma omp for schedule(static)\n";
+  s += "    for (int64_t hp = 0; hp < nkv * ndp; ++hp) {\n";
+  s += "      const int64_t head = hp / ndp, c0 = (hp % ndp) * 32, w = Dv - c0 < 32 ? Dv - c0 : 32;\n";
+  s += "      float* restrict dst = vp + hp * Nk * 32;\n";
+  s += "      for (int64_t j = 0; j < Nk; ++j) {\n";
+  s += "        for (int64_t c = 0; c < w; ++c) dst[j * 32 + c] = " + ld.load("V", "(head * Nk + j) * Dv + c0 + c") +
+       ";\n";
+  s += "        for (int64_t c = w; c < 32; ++c) dst[j * 32 + c] = 0.0f;\n      }\n    }\n";
+  return s;
+}
+
+// One online-softmax step of row rr over its `lim` visible keys of the block (srow holds the
+// raw scores; they become probabilities in place). With scale > 0 the max is taken over the
+// raw scores (scale · max s = max scale·s, rounding being monotonic) and scale·s − m is one
+// fused multiply-subtract; otherwise the scaled scores are stored first.
+std::string avx2_attention_softmax_row(float scale) {
+  const auto& d = codegen::c99_simd_dialect();
+  const bool fold = scale > 0;
+  std::string s;
+  s += "          float* restrict srow = sp + rr * NB;\n";
+  s += "          float bm = -INFINITY;\n";
+  // A NaN score never becomes the max (as the comparison the reference's max makes); the
+  // row's probabilities are NaN through it either way.
+  s += "          #pragma omp simd reduction(max : bm)\n";
+  s += "          for (int64_t j = 0; j < lim; ++j) {\n";
+  if (fold) {
+    s += "            bm = srow[j] > bm ? srow[j] : bm;\n";
+  } else {
+    s += "            const float x = scale * srow[j];\n            srow[j] = x;\n";
+    s += "            bm = x > bm ? x : bm;\n";
+  }
+  s += "          }\n";
+  if (fold) s += "          bm = scale * bm;\n";
+  s += "          const float mo = mrow[rr], mn = mo > bm ? mo : bm;\n";
+  s += "          const float dm = mo - mn;\n";
+  // A row's first block rescales nothing (e^-inf = 0, computed through a denormal otherwise).
+  s += "          const float alpha = mo == mn ? 1.0f : (mo == -INFINITY ? 0.0f : " +
+       codegen::render_row_norm_accumulate(d, RowNorm::softmax, "dm") + ");\n";
+  s += "          float ls = 0.0f;\n";
+  s += "          #pragma omp simd reduction(+ : ls)\n";
+  s += "          for (int64_t j = 0; j < lim; ++j) {\n";
+  s += std::string("            const float dd = ") + (fold ? "scale * srow[j] - mn" : "srow[j] - mn") + ";\n";
+  s += "            const float e = " + codegen::render_row_norm_accumulate(d, RowNorm::softmax, "dd") + ";\n";
+  s += "            srow[j] = e;\n            ls += e;\n          }\n";
+  s += "          lrow[rr] = lrow[rr] * alpha + ls;\n          mrow[rr] = mn;\n";
+  s += "          if (alpha != 1.0f) {\n            float* restrict orow = obs + rr * LDO;\n";
+  s += "            #pragma omp simd\n            for (int64_t c = 0; c < LDO; ++c) orow[c] *= alpha;\n          }\n";
+  return s;
+}
+
+// P·V of the block's rows: the keys every row sees (all of the block, or on the causal
+// diagonal those below the first row's limit) through the micro-kernel, then on the diagonal
+// each row's own remaining prefix alone, so a masked key never touches V (a NaN in a masked V
+// row cannot leak). Pᵀ is packed for the keys the micro-kernel reads; rows past the block's
+// real rows are zero.
+std::string avx2_attention_pv(bool causal) {
+  std::string s;
+  s += std::string("        int64_t kv = ") + (causal ? "i0 + 1 - n0" : "nbk") + ";\n";
+  if (causal) s += "        kv = kv < 0 ? 0 : (kv < nbk ? kv : nbk);\n";
+  s += "        for (int64_t j = 0; j < kv; ++j)\n";
+  s += "          for (int64_t rr = 0; rr < FUSOR_MR; ++rr) pt[j * FUSOR_MR + rr] = rr < rows ? sp[rr * NB + j] : "
+       "0.0f;\n";
+  s += "        if (kv > 0)\n";
+  s += "          for (int64_t dp = 0; dp < ndp; ++dp)\n";
+  s += "            fusor_ukr(kv, pt, vp + ((kvh * ndp + dp) * Nk + n0) * 32, obs + dp * 32, LDO, obs + dp * 32, "
+       "LDO);\n";
+  if (causal) {
+    s += "        for (int64_t rr = 0; rr < rows; ++rr) {\n";
+    s += "          const int64_t lim = i0 + rr + 1 - n0 < nbk ? i0 + rr + 1 - n0 : nbk;\n";
+    s += "          float* restrict orow = obs + rr * LDO;\n";
+    s += "          for (int64_t j = kv; j < lim; ++j) {\n";
+    s += "            const float p = sp[rr * NB + j];\n";
+    s += "            for (int64_t dp = 0; dp < ndp; ++dp) {\n";
+    s += "              const float* restrict vr = vp + ((kvh * ndp + dp) * Nk + n0 + j) * 32;\n";
+    s += "              #pragma omp simd\n";
+    s += "              for (int64_t c = 0; c < 32; ++c) orow[dp * 32 + c] += p * vr[c];\n";
+    s += "            }\n          }\n        }\n";
+  }
+  return s;
+}
+
+} // namespace fusor::x86::simd

@@ -23,6 +23,20 @@ std::string broadcast_input(size_t i) {
          " = fusor_bcast_mode(rank, shape, st" + n + ");\n";
 }
 
+std::string pointwise_setup(size_t n_inputs, const std::string& dims_base, bool rowwise) {
+  std::string s;
+  s += "  const int64_t rank = dims[" + dims_base + "];\n";
+  s += "  const int64_t* shape = dims + " + dims_base + " + 1;\n";
+  s += rowwise ? "  int contiguous = 1, rowwise = rank > 0;\n" : "  int contiguous = 1;\n";
+  for (size_t i = 0; i < n_inputs; ++i) {
+    const std::string n = std::to_string(i);
+    s += broadcast_input(i);
+    s += "  contiguous = contiguous && mode" + n + " == 0;\n";
+    if (rowwise) s += "  rowwise = rowwise && (mode" + n + " == 0 || fusor_row_bcast(rank, shape, st" + n + "));\n";
+  }
+  return s;
+}
+
 std::string load_broadcast(int i, const std::string& index) {
   const std::string n = std::to_string(i);
   return "x" + n + "[mode" + n + " == 0 ? " + index + " : (mode" + n + " == 1 ? 0 : fusor_bcast_index(" + index +

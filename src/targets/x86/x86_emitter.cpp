@@ -230,16 +230,6 @@ std::string emit_attention_body(const AttentionRegion& r, const StorageLoad& ld)
 // ---- pointwise kinds ----------------------------------------------------------------------
 
 // Pointwise inputs read their element through strides from the ABI (x86_broadcast.hpp).
-std::string pointwise_setup(size_t n_inputs, const std::string& dims_base) {
-  std::string s;
-  s += "  const int64_t rank = dims[" + dims_base + "];\n";
-  s += "  const int64_t* shape = dims + " + dims_base + " + 1;\n";
-  s += "  int contiguous = 1;\n";
-  for (size_t i = 0; i < n_inputs; ++i)
-    s += broadcast_input(i) + "  contiguous = contiguous && mode" + std::to_string(i) + " == 0;\n";
-  return s;
-}
-
 std::string pointwise_helpers() { return broadcast_helpers() + "\n"; }
 
 std::string emit_pointwise_body(const PointwiseGraphRegion& r) {

@@ -261,20 +261,6 @@ std::string norm_chain_body(const NormChainRegion& r) {
 
 namespace {
 
-std::string pointwise_setup(size_t n_inputs, const std::string& dims_base) {
-  std::string s;
-  s += "  const int64_t rank = dims[" + dims_base + "];\n";
-  s += "  const int64_t* shape = dims + " + dims_base + " + 1;\n";
-  s += "  int contiguous = 1, rowwise = rank > 0;\n";
-  for (size_t i = 0; i < n_inputs; ++i) {
-    const std::string n = std::to_string(i);
-    s += broadcast_input(i);
-    s += "  contiguous = contiguous && mode" + n + " == 0;\n";
-    s += "  rowwise = rowwise && (mode" + n + " == 0 || fusor_row_bcast(rank, shape, st" + n + "));\n";
-  }
-  return s;
-}
-
 std::string load_contiguous(int i, const std::string& index) { return "x" + std::to_string(i) + "[" + index + "]"; }
 
 } // namespace
@@ -290,7 +276,7 @@ std::string pointwise_helpers() {
 
 std::string pointwise_body(const PointwiseGraphRegion& r) {
   const auto& d = c99_simd_dialect();
-  std::string s = pointwise_setup(r.graph().input_names().size(), "1");
+  std::string s = pointwise_setup(r.graph().input_names().size(), "1", true);
   // Unit-stride inputs: one vector loop; broadcast inputs: the index arithmetic per element.
   // When every op renders over __m512 the loop is written 16 lanes at a time (masked tail)
   // with the AVX-512 helpers: the compiler-vectorised float loop if-converts both branches of
@@ -344,7 +330,7 @@ std::string pointwise_body(const PointwiseGraphRegion& r) {
 
 std::string pointwise_reduce_body(const PointwiseReduceRegion& r) {
   const auto& d = c99_simd_dialect();
-  std::string s = pointwise_setup(r.graph().input_names().size(), "2");
+  std::string s = pointwise_setup(r.graph().input_names().size(), "2", true);
   s += "  (void)rowwise;\n";
   const std::string init = codegen::render_reduce_init(d, r.reduce());
   s += "  " + omp_parallel("rows * row_len * 16", " for schedule(static)") + "\n";

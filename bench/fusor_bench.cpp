@@ -3,9 +3,9 @@
 // rooted and attention cases run the x86_amx lane and the x86_avx512 lane where the host has
 // AMX, and fusor's time is the faster one's, as its arbiter picks by measurement (both are
 // reported); every other case runs the x86_avx512 lane; --lane runs one lane only (cases of
-// kinds it does not compute keep the base lane). A host without AVX-512 runs GEMM-rooted and
-// attention cases on the x86_avx2 lane and the portable x86_c lane, the faster one's time
-// fusor's, and every other case on x86_c, as its arbiter would.
+// kinds it does not compute keep the base lane). A host without AVX-512 runs every case on the
+// x86_avx2 lane and the portable x86_c lane, the faster one's time fusor's, as its arbiter
+// would.
 // fusor is timed on the kernel call alone (operands already packed into their ABI buffers);
 // each peer on its equivalent calls. The oracle's error is measured on the first rows of the
 // output against the double reference, and each peer's output on the same rows beside it.
@@ -97,9 +97,8 @@ Expected<const Candidate*> lane_candidate(const std::string& lane, const Region&
   return make_error(ErrorCode::emit_unsupported, lane + " is not registered for this kind");
 }
 
-// --lane: the lane of GEMM-rooted and attention cases (empty: x86_amx where it runs, else
-// x86_avx2 on a host without AVX-512, else the base lane).
-std::string& gemm_lane_choice() {
+// --lane: the one lane of every case whose kind it computes (empty: none forced).
+std::string& lane_choice() {
   static std::string lane;
   return lane;
 }
@@ -110,8 +109,11 @@ bool registered(const std::string& lane, RegionKind kind) {
   return false;
 }
 
-std::string gemm_lane(const Region& region) {
-  const std::string& forced = gemm_lane_choice();
+// The lane a case runs: --lane where it computes the case's kind, else x86_amx where it runs
+// (GEMM-rooted kinds and attention), else x86_avx2 on a host without AVX-512, else the base
+// lane.
+std::string case_lane(const Region& region) {
+  const std::string& forced = lane_choice();
   if (!forced.empty()) return registered(forced, region_kind(region)) ? forced : base_lane();
   if (lane_candidate(kAmx, region)) return kAmx;
   if (!host_has_avx512() && lane_candidate(kAvx2, region)) return kAvx2;
@@ -293,7 +295,7 @@ void record_times(Result& r, const std::vector<double>& med, const std::vector<s
 void also_base_lane(const Region& region, const std::vector<Tensor>& operands, const Kernel& k,
                     std::optional<Kernel>& k2, std::vector<std::function<void()>>& fns,
                     std::vector<std::string>& names) {
-  if (k.lane == base_lane() || !gemm_lane_choice().empty()) return;
+  if (k.lane == base_lane() || !lane_choice().empty()) return;
   k2 = make_kernel(region, operands, base_lane(), false);
   fns.push_back([&k2] { k2->call(); });
   names.push_back(base_lane());
@@ -308,7 +310,7 @@ Result bench_fused(const std::string& name, std::int64_t M, std::int64_t N, std:
   ProblemShape dims;
   dims.M = M, dims.N = N, dims.K = K;
   const auto operands = make_operands(region, dims, 7, 0.5);
-  Kernel k = make_kernel(region, operands, gemm_lane(region));
+  Kernel k = make_kernel(region, operands, case_lane(region));
   Result r;
   r.name = name;
   r.shape = std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K);
@@ -387,7 +389,7 @@ Result bench_gated(std::int64_t M, std::int64_t K, std::int64_t H, const Options
   ProblemShape dims;
   dims.M = M, dims.N = H, dims.K = K;
   const auto operands = make_operands(region, dims, 9, 0.5);
-  Kernel k = make_kernel(region, operands, gemm_lane(region));
+  Kernel k = make_kernel(region, operands, case_lane(region));
   Result r;
   r.name = "gated_silu_" + std::to_string(M) + "x" + std::to_string(K) + "x" + std::to_string(H);
   r.shape = std::to_string(M) + "x" + std::to_string(K) + "->" + std::to_string(H);
@@ -467,7 +469,7 @@ Result bench_attention(std::int64_t S, std::int64_t D, bool causal, const Option
   ProblemShape dims;
   dims.batch = B, dims.heads = H, dims.kv_heads = H, dims.M = S, dims.Nk = S, dims.D = D, dims.Dv = D;
   const auto operands = make_operands(region, dims, 11, 1.0);
-  Kernel k = make_kernel(region, operands, gemm_lane(region));
+  Kernel k = make_kernel(region, operands, case_lane(region));
   Result r;
   r.name = std::string("attention_") + (causal ? "causal_" : "") + "s" + std::to_string(S) + "_d" + std::to_string(D);
   r.shape = "B=2 H=4 S=" + std::to_string(S) + " D=" + std::to_string(D);
@@ -554,7 +556,7 @@ Result bench_attention(std::int64_t S, std::int64_t D, bool causal, const Option
 Result bench_streaming(const std::string& name, const Region& region, const ProblemShape& dims, double bytes,
                        std::uint64_t seed, const Options& opt) {
   const auto operands = make_operands(region, dims, seed, 1.0);
-  Kernel k = make_kernel(region, operands);
+  Kernel k = make_kernel(region, operands, case_lane(region));
   Result r;
   r.name = name;
   r.shape = std::to_string(dims.output[0]) + "x" + std::to_string(dims.output[1]);
@@ -576,9 +578,11 @@ Result bench_streaming(const std::string& name, const Region& region, const Prob
 #pragma omp parallel for simd schedule(static)
                                            for (std::int64_t i = 0; i < total; ++i) d[i] = s[i];
                                          }};
+  std::vector<std::string> names{"copy"};
+  std::optional<Kernel> k2;
+  also_base_lane(region, operands, k, k2, fns, names);
   const auto med = time_interleaved(fns, opt.min_ms);
-  r.fusor_ms = med[0];
-  r.peer_ms["copy"] = med[1];
+  record_times(r, med, names);
   r.peer_note = "copy moves " + std::to_string(8.0 * static_cast<double>(total) / 1e6) + " MB";
   return r;
 }
@@ -749,10 +753,9 @@ int run(const Options& opt) {
   entries.push_back(
       {"pointwise", "pointwise_reduce_sumsq_4096x4096", [&] { return bench_pointwise(true, 4096, 4096, opt); }});
 
-  if (!host_has_avx512() && gemm_lane_choice().empty())
-    std::fprintf(stderr,
-                 "fusor-bench: this host lacks AVX-512, so x86_avx512 and x86_amx decline; fusor's times are "
-                 "the portable x86_c lane's (GEMM-rooted and attention cases: the faster of it and x86_avx2)\n");
+  if (!host_has_avx512() && lane_choice().empty())
+    std::fprintf(stderr, "fusor-bench: this host lacks AVX-512, so x86_avx512 and x86_amx decline; fusor's times are "
+                         "the faster of the x86_avx2 lane's and the portable x86_c lane's\n");
   const std::optional<double> peak = fma_peak_gflops();
   json doc;
   doc["machine"] = machine(peak, tile_rate());
@@ -804,7 +807,7 @@ int main(int argc, char** argv) {
     else if (a == "--save")
       opt.save = value();
     else if (a == "--lane")
-      fusor::bench::gemm_lane_choice() = value();
+      fusor::bench::lane_choice() = value();
     else if (a == "--knob") {
       const std::string kv = value();
       const auto eq = kv.find('=');
@@ -817,11 +820,11 @@ int main(int argc, char** argv) {
           "usage: fusor-bench SUITE [--filter TEXT] [--json] [--save FILE] [--min-ms MS] [--knob KEY=VALUE]\n"
           "       [--lane x86_amx|x86_avx512|x86_avx2]\n"
           "SUITE: gemm | gated | attention | norm | pointwise | all\n"
-          "--lane: the one lane of GEMM-rooted and attention cases (kinds it does not compute keep the base lane). "
-          "Default: x86_amx and x86_avx512 where the host has AMX, else x86_avx512; both are timed and the faster "
-          "one is fusor's, as its arbiter picks. A host without AVX-512 runs GEMM-rooted and attention cases on "
-          "x86_avx2 and the "
-          "portable x86_c lane, the faster one's time fusor's, and every other case on x86_c\n");
+          "--lane: the one lane of every case whose kind it computes (x86_amx: GEMM-rooted and attention; the "
+          "others keep the base lane). Default: GEMM-rooted and attention cases on x86_amx and x86_avx512 where "
+          "the host has AMX, the faster one's time fusor's, as its arbiter picks, else x86_avx512; every other "
+          "case on x86_avx512. A host without AVX-512 runs every case on x86_avx2 and the portable x86_c lane, "
+          "the faster one's time fusor's\n");
       return 0;
     } else if (opt.suite.empty() && a[0] != '-')
       opt.suite = a;

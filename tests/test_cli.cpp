@@ -456,8 +456,7 @@ TEST_F(CliLanes, RunWithoutArgumentsRunsTheEmbeddedModel) {
 // timing is asserted, only that the fields are there and consistent with each other.
 TEST_F(CliLanes, BenchPrintsOneJsonObjectPerCase) {
   if (!fs::exists(fs::path(FUSOR_BIN).parent_path() / "fusor-bench")) GTEST_SKIP() << "fusor-bench is not built";
-  // Without AVX-512 every case runs the portable lane, which serves the regions there, and
-  // GEMM-rooted and attention ones the x86_avx2 lane beside it.
+  // Without AVX-512 every case runs the x86_avx2 lane and the portable lane beside it.
   const std::string base_lane = host_has_avx512() ? "x86_avx512" : "x86_c";
   const std::string side_lane = !host_lacks_amx_bf16() ? "x86_amx" : (host_has_avx512() ? "" : "x86_avx2");
   const auto r = fusor_env("bench gemm --filter 128x3072 --json --min-ms 1");

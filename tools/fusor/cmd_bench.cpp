@@ -67,12 +67,12 @@ Command add_bench_command(CLI::App& app) {
   sub->add_flag("--json", o->json, "One JSON object per line per case");
   sub->add_option("--save", o->save, "Also write the machine description and every case to FILE (JSON)");
   sub->add_option("--min-ms", o->min_ms, "Time spent timing each case (default 1500)");
-  sub->add_option(
-         "--lane", o->lane,
-         "Run GEMM-rooted and attention cases on this lane only; kinds it does not compute keep the "
-         "base lane (default: x86_amx and x86_avx512 where the host has AMX, fusor's time the faster "
-         "one's; else x86_avx512; without AVX-512, GEMM-rooted and attention cases on x86_avx2 and x86_c, the faster "
-         "one's, every other case on the portable x86_c lane)")
+  sub->add_option("--lane", o->lane,
+                  "Run every case whose kind this lane computes on it alone (x86_amx: GEMM-rooted and attention; "
+                  "the others keep the base lane). Default: GEMM-rooted and attention cases on x86_amx and "
+                  "x86_avx512 where the host has AMX, fusor's time the faster one's, else x86_avx512, every other "
+                  "case on x86_avx512; without AVX-512, every case on x86_avx2 and the portable x86_c lane, the "
+                  "faster one's")
       ->check(CLI::IsMember({"x86_amx", "x86_avx512", "x86_avx2"}));
   return {sub, [o] { return run_bench(*o); }};
 }

@@ -26,8 +26,10 @@ struct Tuning {
   // GEMM-rooted kinds: the x86_amx lane's bf16-tile micro-kernel (x86_amx_gemm.cpp) instead
   // of the zmm one; set by the lane, not an option.
   bool amx = false;
-  // GEMM-rooted kinds: the x86_avx2 lane's ymm micro-kernel (x86_avx2_gemm.cpp), scalar
-  // packing and the compiler-vectorised epilogue: no AVX-512 instruction. Set by the lane.
+  // The x86_avx2 lane: no AVX-512 instruction. GEMM-rooted kinds and attention on its ymm
+  // micro-kernel (x86_avx2_*.cpp) with scalar packing and compiler-vectorised epilogue and
+  // softmax; streaming kinds with the compiler-vectorised loops and ymm streaming stores.
+  // Set by the lane.
   bool avx2 = false;
   int amx_parts_a = 3, amx_parts_b = 3;
   int exact = 0; // x86_amx: 1 computes all nine bf16 part products (x86_amx_gemm.cpp)
@@ -162,10 +164,12 @@ std::string avx2_attention_pack_v(const StorageLoad& ld);
 std::string avx2_attention_softmax_row(float scale);
 std::string avx2_attention_pv(bool causal);
 std::string norm_chain_body(const NormChainRegion& region);
-std::string pointwise_body(const PointwiseGraphRegion& region);
+// (avx2: no AVX-512 instruction; the 16-lane path gives way to the compiler-vectorised loop.)
+std::string pointwise_body(const PointwiseGraphRegion& region, bool avx2);
 std::string pointwise_reduce_body(const PointwiseReduceRegion& region);
 std::string pointwise_helpers();
 // fusor_stream_output / fusor_stream_floats for the streaming kinds, with Tuning::stream's mode.
-std::string stream_helpers(int mode);
+// (avx2: two ymm streaming stores per 64 bytes instead of one zmm.)
+std::string stream_helpers(int mode, bool avx2);
 
 } // namespace fusor::x86::simd

@@ -67,7 +67,6 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
       const std::string name = k.name;
       // The AMX tile is 32 rows; `exact` and `overlap` are AMX's, `stream` the streaming kinds'.
       if (t.amx ? name == "mr" || name == "stream" : name == "exact" || name == "overlap") continue;
-      if (t.avx2 && name == "stream") continue;
       names += (names.empty() ? "" : ", ") + name;
       if (key == name) knob = &k;
     }
@@ -143,10 +142,6 @@ std::optional<std::string> simd_declines(const Region& region) {
 }
 
 std::optional<std::string> avx2_declines(const Region& region) {
-  const RegionKind kind = region_kind(region);
-  if (kind != RegionKind::fused && kind != RegionKind::matmul && kind != RegionKind::gated &&
-      kind != RegionKind::attention)
-    return std::string("the x86_avx2 lane computes GEMM-rooted kinds and attention only");
   if (!host_has_avx2_fma()) return std::string("the host lacks AVX2 and FMA; the portable x86_c lane serves it");
   const DType d = region_storage(region);
   if (d == DType::fp8_e4m3 || d == DType::fp8_e5m2)
@@ -178,7 +173,7 @@ Expected<KernelSource> emit_lane(const Region& region, const EmitOptions& option
   const std::string key = codegen::shape_key(kind, options.spec, options.dims);
 
   const bool gemm_kind = kind == RegionKind::fused || kind == RegionKind::matmul || kind == RegionKind::gated;
-  if ((tuning.amx || tuning.avx2) && !gemm_kind && kind != RegionKind::attention)
+  if (tuning.amx && !gemm_kind && kind != RegionKind::attention)
     return unsupported(kind, "only GEMM-rooted kinds (fused, matmul, gated) and attention", lane);
   if (tuning.amx) {
     const auto* f = std::get_if<FusedRegion>(&region);
@@ -199,7 +194,7 @@ Expected<KernelSource> emit_lane(const Region& region, const EmitOptions& option
   } else if (const auto* a = std::get_if<AttentionRegion>(&region)) {
     body = simd::attention_body(*a, ld, tuning);
   } else if (const auto* p = std::get_if<PointwiseGraphRegion>(&region)) {
-    body = simd::pointwise_body(*p);
+    body = simd::pointwise_body(*p, tuning.avx2);
   } else if (const auto* pr = std::get_if<PointwiseReduceRegion>(&region)) {
     body = simd::pointwise_reduce_body(*pr);
   } else if (const auto* n = std::get_if<NormChainRegion>(&region)) {
@@ -224,7 +219,7 @@ Expected<KernelSource> emit_lane(const Region& region, const EmitOptions& option
                                                                                  tuning.amx_parts_b, tuning.exact != 0)
                  : simd::amx_ukr_source(tuning.amx_parts_a, tuning.amx_parts_b, tuning.exact != 0, "fusor_amx_ukr") +
                        simd::amx_packing_ukr_source(tuning.amx_parts_a, tuning.amx_parts_b, tuning.exact != 0, ld));
-  else if (tuning.avx2)
+  else if (tuning.avx2 && (gemm_kind || kind == RegionKind::attention))
     head += simd::avx2_micro_kernel_source(tuning.mr);
   else if (gemm_kind || kind == RegionKind::attention)
     head += simd::micro_kernel_source(tuning.mr);
@@ -232,7 +227,7 @@ Expected<KernelSource> emit_lane(const Region& region, const EmitOptions& option
     head += codegen::render_avx512_math_helpers(codegen::c99_avx512_dialect());
   if (kind == RegionKind::attention) head += simd::attention_pv_source(tuning);
   if (kind == RegionKind::pointwise || kind == RegionKind::pointwise_reduce) head += simd::pointwise_helpers();
-  if (streaming) head += simd::stream_helpers(tuning.stream);
+  if (streaming) head += simd::stream_helpers(tuning.stream, tuning.avx2);
 
   return codegen::kernel_source(region, options,
                                 head +

@@ -31,10 +31,11 @@ inline constexpr std::string_view kAmxLane = "x86_amx";
 std::optional<std::string> amx_declines(const Region& region);
 Expected<KernelSource> emit_amx(const Region& region, const EmitOptions& options);
 
-// The x86_avx2 lane: GEMM-rooted kinds (fused, matmul, gated) and attention with the AVX-512
-// lane's loop nests around an AVX2 + FMA micro-kernel (x86_avx2_gemm.cpp; attention's
-// pieces: x86_avx2_attention.cpp), for hosts without AVX-512; other kinds stay with the
-// portable x86_c lane there. Options: "mr" (4..6, default 6), "kc", "mc", "nb", "serial".
+// The x86_avx2 lane, for hosts without AVX-512: the AVX-512 lane's loop nests with no AVX-512
+// instruction. GEMM-rooted kinds (fused, matmul, gated) and attention around an AVX2 + FMA
+// micro-kernel (x86_avx2_gemm.cpp; attention's pieces: x86_avx2_attention.cpp); norm chains,
+// pointwise DAGs and reductions with the compiler-vectorised loops and ymm streaming stores.
+// Options: "mr" (4..6, default 6), "kc", "mc", "nb", "serial", "stream".
 inline constexpr std::string_view kAvx2Lane = "x86_avx2";
 std::optional<std::string> avx2_declines(const Region& region);
 Expected<KernelSource> emit_avx2(const Region& region, const EmitOptions& options);

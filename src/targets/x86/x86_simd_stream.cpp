@@ -1,4 +1,4 @@
-// Streaming kinds for the AVX-512 lane: norm chains, pointwise DAGs and pointwise
+// Streaming kinds for the AVX-512 and AVX2 lanes: norm chains, pointwise DAGs and pointwise
 // reductions as `omp simd` loops over the op table's expressions in the SIMD dialect.
 // Norm rows are software-pipelined or staged (norm_chain_body says which and why) so memory
 // sees one read of each input and one write of the output; reductions keep 16 lane accumulators
@@ -82,7 +82,11 @@ std::string output_value(RowNorm norm, const std::string& src, const std::string
 // layer norm 1.35x. For an output that fits the last-level cache the plain store is right:
 // the next kernel reads it from there. The L3 size is the OS's, capped at 32 MiB because VMs
 // report the host's (320 MiB on that VM, whose cores see 32).
-std::string stream_helpers(int mode) {
+std::string stream_helpers(int mode, bool avx2) {
+  // 64 bytes streamed: one zmm, or two ymm for the x86_avx2 lane.
+  const std::string stream64 = avx2 ? "_mm256_stream_ps(dst + j, _mm256_loadu_ps(src + j));\n"
+                                      "    _mm256_stream_ps(dst + j + 8, _mm256_loadu_ps(src + j + 8));\n"
+                                    : "_mm512_stream_ps(dst + j, _mm512_loadu_ps(src + j));\n";
   return "#define FUSOR_STREAM_MODE " + std::to_string(mode) + R"( /* 0 plain stores, 1 streaming, 2 past the L3 */
 #define FUSOR_OUT_CHUNK 1024 /* floats of output staged in L1 before they are streamed */
 static int fusor_stream_output(double bytes) {
@@ -106,8 +110,8 @@ static inline void fusor_stream_floats(float* restrict dst, const float* restric
   for (; j + 16 <= n; j += 16) {
     if (pa) _mm_prefetch((const char*)(pa + 4 * (uintptr_t)j), _MM_HINT_T1);
     if (pb) _mm_prefetch((const char*)(pb + 4 * (uintptr_t)j), _MM_HINT_T1);
-    _mm512_stream_ps(dst + j, _mm512_loadu_ps(src + j));
-  }
+    )" + stream64 +
+         R"(  }
   for (; j < n; ++j) dst[j] = src[j];
 }
 /* The prefetches of fusor_stream_floats alone, for plain stores. */
@@ -274,7 +278,7 @@ std::string pointwise_helpers() {
          "  return 1;\n}\n\n";
 }
 
-std::string pointwise_body(const PointwiseGraphRegion& r) {
+std::string pointwise_body(const PointwiseGraphRegion& r, bool avx2) {
   const auto& d = c99_simd_dialect();
   std::string s = pointwise_setup(r.graph().input_names().size(), "1", true);
   // Unit-stride inputs: one vector loop; broadcast inputs: the index arithmetic per element.
@@ -283,7 +287,7 @@ std::string pointwise_body(const PointwiseGraphRegion& r) {
   // each scalar helper, about 2.5x the instructions for a sigmoid or tanh.
   const auto& v16 = codegen::c99_avx512_dialect();
   const auto& nodes = r.graph().nodes();
-  if (std::all_of(nodes.begin(), nodes.end(), [&](const auto& n) { return codegen::renders_in(v16, n.op); })) {
+  if (!avx2 && std::all_of(nodes.begin(), nodes.end(), [&](const auto& n) { return codegen::renders_in(v16, n.op); })) {
     s += "  if (contiguous) {\n";
     s += "    const int nt_out = fusor_stream_output(4.0 * (double)total);\n";
     s += "    " + omp_parallel("total * 16") + "\n    {\n";
@@ -299,6 +303,22 @@ std::string pointwise_body(const PointwiseGraphRegion& r) {
     s += "    if (nt_out) _mm_sfence(); /* streaming stores are weakly ordered: drain before the join */\n";
     s += "    }\n    return 0;\n  }\n";
   }
+  // Otherwise an output past the last-level cache is computed a chunk at a time into an L1
+  // buffer, by the compiler-vectorised loop, and streamed out from there (as norm rows are).
+  s += "  if (contiguous && fusor_stream_output(4.0 * (double)total)) {\n";
+  s += "    " + omp_parallel("total * 16") + "\n    {\n";
+  s += "    float ch[FUSOR_OUT_CHUNK] __attribute__((aligned(64)));\n";
+  s += "    #pragma omp for schedule(static)\n";
+  s += "    for (int64_t c0 = 0; c0 < total; c0 += FUSOR_OUT_CHUNK) {\n";
+  s += "      const int64_t n = total - c0 < FUSOR_OUT_CHUNK ? total - c0 : FUSOR_OUT_CHUNK;\n";
+  s += "      #pragma omp simd\n";
+  s += "      for (int64_t i = 0; i < n; ++i) {\n";
+  s += codegen::render_dag(
+      d, r.graph(), [](int in) { return load_contiguous(in, "c0 + i"); }, "v", "        ");
+  s += "        ch[i] = v;\n      }\n";
+  s += "      fusor_stream_floats(out + c0, ch, n, 0, 0);\n    }\n";
+  s += "    _mm_sfence(); /* streaming stores are weakly ordered: drain before the join */\n";
+  s += "    }\n    return 0;\n  }\n";
   s += "  if (contiguous) {\n";
   s += "    " + omp_parallel("total * 16", " for simd schedule(static)") + "\n";
   s += "    for (int64_t i = 0; i < total; ++i) {\n";

@@ -43,9 +43,10 @@ void register_target(Registry& registry) {
   // AVX-512: measured latency, not order, makes it win.
   for (auto kind : {RegionKind::fused, RegionKind::matmul, RegionKind::gated, RegionKind::attention})
     registry.add_candidate(Candidate{std::string(kAmxLane), "x86", kind, 2, amx_declines, emit_amx});
-  // Also tier 2: GEMM-rooted kinds and attention on AVX2 + FMA, for hosts without AVX-512 (on
-  // those with it the arbiter measures it beside x86_avx512).
-  for (auto kind : {RegionKind::fused, RegionKind::matmul, RegionKind::gated, RegionKind::attention})
+  // Also tier 2: every kind on AVX2 + FMA, for hosts without AVX-512 (on those with it the
+  // arbiter measures it beside x86_avx512).
+  for (auto kind : {RegionKind::fused, RegionKind::matmul, RegionKind::attention, RegionKind::gated,
+                    RegionKind::pointwise, RegionKind::pointwise_reduce, RegionKind::norm_chain})
     registry.add_candidate(Candidate{std::string(kAvx2Lane), "x86", kind, 2, avx2_declines, emit_avx2});
 #ifdef FUSOR_HAVE_DNNL // set by CMake when oneDNN's headers and library are found
   // Tier 3: oneDNN matmul + post-ops, for the fused patterns it computes exactly.

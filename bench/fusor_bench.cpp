@@ -83,30 +83,29 @@ constexpr const char* kAmx = "x86_amx";
 constexpr const char* kGeneric = "x86_c";
 constexpr const char* kAvx2 = "x86_avx2";
 
-// The lane every case runs (and GEMM-rooted ones beside x86_amx): x86_avx512, or on a host
-// without AVX-512 the portable lane that serves the regions there.
+// The base lane, which every case runs or is timed beside (cases on x86_amx or x86_avx2):
+// x86_avx512, or on a host without AVX-512 the portable lane.
 const char* base_lane() { return host_has_avx512() ? kAvx512 : kGeneric; }
+
+// The lane's candidate for `kind` (nullptr: the lane does not compute that kind).
+const Candidate* registered(const std::string& lane, RegionKind kind) {
+  for (const Candidate* c : builtin_registry().candidates("x86", kind))
+    if (c->name == lane) return c;
+  return nullptr;
+}
 
 // The lane's candidate for `region`, or why it cannot run it here.
 Expected<const Candidate*> lane_candidate(const std::string& lane, const Region& region) {
-  for (const Candidate* c : builtin_registry().candidates("x86", region_kind(region)))
-    if (c->name == lane) {
-      if (auto why = c->declines(region)) return make_error(ErrorCode::emit_unsupported, lane + ": " + *why);
-      return c;
-    }
-  return make_error(ErrorCode::emit_unsupported, lane + " is not registered for this kind");
+  const Candidate* c = registered(lane, region_kind(region));
+  if (!c) return make_error(ErrorCode::emit_unsupported, lane + " is not registered for this kind");
+  if (auto why = c->declines(region)) return make_error(ErrorCode::emit_unsupported, lane + ": " + *why);
+  return c;
 }
 
 // --lane: the one lane of every case whose kind it computes (empty: none forced).
 std::string& lane_choice() {
   static std::string lane;
   return lane;
-}
-
-bool registered(const std::string& lane, RegionKind kind) {
-  for (const Candidate* c : builtin_registry().candidates("x86", kind))
-    if (c->name == lane) return true;
-  return false;
 }
 
 // The lane a case runs: --lane where it computes the case's kind, else x86_amx where it runs

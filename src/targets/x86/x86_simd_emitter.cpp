@@ -173,9 +173,9 @@ Expected<KernelSource> emit_lane(const Region& region, const EmitOptions& option
   const std::string key = codegen::shape_key(kind, options.spec, options.dims);
 
   const bool gemm_kind = kind == RegionKind::fused || kind == RegionKind::matmul || kind == RegionKind::gated;
-  if (tuning.amx && !gemm_kind && kind != RegionKind::attention)
-    return unsupported(kind, "only GEMM-rooted kinds (fused, matmul, gated) and attention", lane);
   if (tuning.amx) {
+    if (!gemm_kind && kind != RegionKind::attention)
+      return unsupported(kind, "only GEMM-rooted kinds (fused, matmul, gated) and attention", lane);
     const auto* f = std::get_if<FusedRegion>(&region);
     // Attention: A, B are Q, K (the scores); V has as many parts and the probabilities three.
     tuning.amx_parts_a = simd::amx_parts(storage, f && !f->prologue().empty());

@@ -1,11 +1,11 @@
 // The x86_avx2 lane's pieces of flash-style attention (attention_body's loops, as the AVX-512
-// lane's): both products run the lane's GEMM micro-kernel, fusor_ukr. Scores are Q·Kᵀ with
-// the query block packed [D][MR] and K [32-key panel][D][32], as in the AVX-512 lane; P·V is
-// Pᵀ packed [keys][MR] against V packed once per KV head as [32-column panel][Nk][32], the
-// block's output rows (LDO, a multiple of 32 columns) passed as both `c` and `cin`, so the
-// accumulators stay in registers over all keys of the step. The online softmax between them
-// is the op table's steps as float loops the compiler vectorises 8 lanes wide (e^d through
-// fusor_expf, the table's spelling).
+// lane's): both products run the lane's register tile. Scores are Q·Kᵀ (fusor_ukr) with the
+// query block packed [D][MR] and K [32-key panel][D][32], as in the AVX-512 lane; P·V
+// (fusor_ukr_rows) reads P's rows where the softmax left them against V packed once per KV
+// head as [32-column panel][Nk][32], the block's output rows (LDO, a multiple of 32 columns)
+// passed as both `c` and `cin`, so the accumulators stay in registers over all keys of the
+// step. The online softmax between them is the op table's steps as float loops the compiler
+// vectorises 8 lanes wide (e^d through fusor_expf, the table's spelling).
 #include "codegen/c_renderer.hpp"
 #include "targets/x86/x86_simd_common.hpp"
 
@@ -68,18 +68,15 @@ std::string avx2_attention_softmax_row(float scale) {
 // P·V of the block's rows: the keys every row sees (all of the block, or on the causal
 // diagonal those below the first row's limit) through the micro-kernel, then on the diagonal
 // each row's own remaining prefix alone, so a masked key never touches V (a NaN in a masked V
-// row cannot leak). Pᵀ is packed for the keys the micro-kernel reads; rows past the block's
-// real rows are zero.
+// row cannot leak). The micro-kernel reads P's rows where the softmax left them; rows past
+// the block's real rows hold what the score kernel wrote, and their outputs are never stored.
 std::string avx2_attention_pv(bool causal) {
   std::string s;
   s += std::string("        int64_t kv = ") + (causal ? "i0 + 1 - n0" : "nbk") + ";\n";
   if (causal) s += "        kv = kv < 0 ? 0 : (kv < nbk ? kv : nbk);\n";
-  s += "        for (int64_t j = 0; j < kv; ++j)\n";
-  s += "          for (int64_t rr = 0; rr < FUSOR_MR; ++rr) pt[j * FUSOR_MR + rr] = rr < rows ? sp[rr * NB + j] : "
-       "0.0f;\n";
   s += "        if (kv > 0)\n";
   s += "          for (int64_t dp = 0; dp < ndp; ++dp)\n";
-  s += "            fusor_ukr(kv, pt, vp + ((kvh * ndp + dp) * Nk + n0) * 32, obs + dp * 32, LDO, obs + dp * 32, "
+  s += "            fusor_ukr_rows(kv, sp, vp + ((kvh * ndp + dp) * Nk + n0) * 32, obs + dp * 32, LDO, obs + dp * 32, "
        "LDO);\n";
   if (causal) {
     s += "        for (int64_t rr = 0; rr < rows; ++rr) {\n";

@@ -4,17 +4,21 @@
 // the MR x 32 tile (2 x MR accumulators, two B vectors and the broadcast A value: MR <= 6),
 // so the kernel runs the packed panel's two 16-column halves one after the other, reading
 // the MR-row A panel twice (from L1) instead of spilling accumulators.
+#include <functional>
+
 #include "targets/x86/x86_simd_common.hpp"
 
 namespace fusor::x86::simd {
 
-std::string avx2_micro_kernel_source(int mr) {
-  const std::string MR = std::to_string(mr);
-  std::string s = "#define FUSOR_MR " + MR + "\n";
+namespace {
+
+// The register tile as function `name`; `a_at` is A's element of row R (a number) at k.
+std::string avx2_ukr(int mr, const std::string& name, const std::function<std::string(const std::string&)>& a_at) {
   // fusor_ukr's contract (x86_simd_common.hpp): c[MR][32] = cin + a^T b, cin may be c (each
   // half reads its own columns of cin before it writes them) or NULL for zero.
-  s += "static void fusor_ukr(int64_t kc, const float* restrict a, const float* restrict b, float* c, int64_t ldc, "
-       "const float* cin, int64_t ldin) {\n";
+  std::string s = "static void " + name +
+                  "(int64_t kc, const float* restrict a, const float* restrict b, float* c, int64_t ldc, "
+                  "const float* cin, int64_t ldin) {\n";
   s += "  for (int64_t h = 0; h < 32; h += 16) {\n";
   for (int r = 0; r < mr; ++r)
     s += "    __m256 c" + std::to_string(r) + "_0 = _mm256_setzero_ps(), c" + std::to_string(r) +
@@ -29,11 +33,10 @@ std::string avx2_micro_kernel_source(int mr) {
   s += "    #pragma GCC unroll 4\n";
   s += "    for (int64_t k = 0; k < kc; ++k) {\n";
   s += "      const __m256 b0 = _mm256_loadu_ps(b + k * 32 + h), b1 = _mm256_loadu_ps(b + k * 32 + h + 8);\n";
-  s += "      const float* restrict ak = a + k * " + MR + ";\n";
   for (int r = 0; r < mr; ++r) {
     const std::string R = std::to_string(r);
-    s += "      { const __m256 av = _mm256_broadcast_ss(ak + " + R + "); c" + R + "_0 = _mm256_fmadd_ps(av, b0, c" + R +
-         "_0); c" + R + "_1 = _mm256_fmadd_ps(av, b1, c" + R + "_1); }\n";
+    s += "      { const __m256 av = _mm256_broadcast_ss(" + a_at(R) + "); c" + R + "_0 = _mm256_fmadd_ps(av, b0, c" +
+         R + "_0); c" + R + "_1 = _mm256_fmadd_ps(av, b1, c" + R + "_1); }\n";
   }
   s += "    }\n";
   for (int r = 0; r < mr; ++r) {
@@ -43,6 +46,20 @@ std::string avx2_micro_kernel_source(int mr) {
   }
   s += "  }\n}\n\n";
   return s;
+}
+
+} // namespace
+
+std::string avx2_micro_kernel_source(int mr) {
+  const std::string MR = std::to_string(mr);
+  return "#define FUSOR_MR " + MR + "\n" +
+         avx2_ukr(mr, "fusor_ukr", [&](const std::string& r) { return "a + k * " + MR + " + " + r; });
+}
+
+// Attention's P·V reads the probabilities where the softmax left them, rows FUSOR_NB floats
+// apart (a constant: the six row streams address by immediates), instead of a transposed copy.
+std::string avx2_rows_kernel_source(int mr) {
+  return avx2_ukr(mr, "fusor_ukr_rows", [](const std::string& r) { return "a + " + r + " * FUSOR_NB + k"; });
 }
 
 } // namespace fusor::x86::simd

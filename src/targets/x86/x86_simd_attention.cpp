@@ -103,9 +103,9 @@ static void fusor_pv(int tile_rows, int64_t j0, int64_t j1, const float* restric
 constexpr int kQueryBlocks = 4, kAmxQueryBlocks = 16;
 
 std::string attention_pv_source(const Tuning& tuning) {
-  // (The AVX2 lane's P·V is its GEMM micro-kernel.)
-  return "#define FUSOR_NB " + std::to_string(tuning.nb) + "\n" + (tuning.avx2 ? "" : kPv) +
-         (tuning.amx ? amx_attention_step_source() : "");
+  // (The AVX2 lane's P·V is its GEMM micro-kernel reading P's rows in place.)
+  return "#define FUSOR_NB " + std::to_string(tuning.nb) + "\n" +
+         (tuning.avx2 ? avx2_rows_kernel_source(tuning.mr) : kPv) + (tuning.amx ? amx_attention_step_source() : "");
 }
 
 std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, const Tuning& tuning) {
@@ -215,15 +215,13 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
          "    unsigned char qfl[QS * FUSOR_MR];\n";
   else
     s += "    float* qp = (float*)fusor_scratch(5, sizeof(float) * (size_t)(qs * (D > 0 ? D : 1) * FUSOR_MR));\n";
-  // (AVX2: Pᵀ of one block, the P·V micro-kernel's A side.)
-  if (avx2) s += "    float* pt = (float*)fusor_scratch(1, sizeof(float) * (size_t)(NB * FUSOR_MR));\n";
   s += "    float* ob = (float*)fusor_scratch(6, sizeof(float) * (size_t)(qs * MRP * LDO));\n";
   // (AMX: two of them, each followed by P's bf16 parts: a block step's softmax runs while the
   // tiles compute the next step's scores and the previous step's P·V.)
   s += "    const size_t spn = (size_t)(MRP * NB" + std::string(amx ? " + FUSOR_NSP * NB * 16" : "") + ");\n";
   s += std::string("    float* sp = (float*)fusor_scratch(7, sizeof(float) * spn") + (amx ? " * 2" : "") + ");\n";
   s += "    float mall[QS * FUSOR_MR], lall[QS * FUSOR_MR];\n";
-  const std::string scratch_ok = avx2 ? "qp && ob && sp && pt" : "qp && ob && sp";
+  const std::string scratch_ok = "qp && ob && sp";
   s += "    if (!(" + scratch_ok + ")) {\n      #pragma omp atomic write\n      failed = 1;\n    } else {\n";
   // Every step writes the scores of rows below FUSOR_MR; only the padding rows are zeroed here
   // (zeroing whole buffers took 1.3 % of attention's time at S = 512).

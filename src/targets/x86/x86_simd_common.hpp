@@ -73,6 +73,9 @@ std::string micro_kernel_source(int mr);
 // fusor_ukr with the same contract on AVX2 + FMA (x86_avx2_gemm.cpp): each 16-column half of
 // the tile in 2 x mr ymm accumulators (mr <= 6).
 std::string avx2_micro_kernel_source(int mr);
+// The same tile as `fusor_ukr_rows`, whose A is row-major with rows FUSOR_NB floats apart
+// (attention's probabilities): a[r * FUSOR_NB + k].
+std::string avx2_rows_kernel_source(int mr);
 // `fusor_transpose16(__m512 r[16])`: a 16 x 16 transpose in registers (r[c] ends holding
 // column c); micro_kernel_source includes it.
 std::string transpose16_source();

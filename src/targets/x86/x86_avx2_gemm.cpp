@@ -3,7 +3,8 @@
 // register tile, for hosts without AVX-512. Sixteen ymm registers hold an MR x 16 half of
 // the MR x 32 tile (2 x MR accumulators, two B vectors and the broadcast A value: MR <= 6),
 // so the kernel runs the packed panel's two 16-column halves one after the other, reading
-// the MR-row A panel twice (from L1) instead of spilling accumulators.
+// the MR-row A panel twice (from L1) instead of spilling accumulators. Attention runs the
+// same tile for both of its products (x86_avx2_attention.cpp).
 #include <functional>
 
 #include "targets/x86/x86_simd_common.hpp"

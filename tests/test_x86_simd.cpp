@@ -135,35 +135,10 @@ TEST(X86Simd, SerialThresholdIsAKnob) {
 
 TEST(X86Simd, OracleVerifiesEveryKind) {
   REQUIRE_AVX512();
-  const char* regions[] = {
-      "fused { epilogue = [bias, gelu] }",
-      "fused { prologue = [relu]; epilogue = [bias, gelu_erf, sigmoid]; residual = true; a_layout = col_major }",
-      "fused { prologue = [gelu, tanh]; epilogue = [relu, bias, silu]; b_layout = col_major }",
-      "fused { epilogue = [bias]; reduction = softmax }",
-      "fused { epilogue = [bias]; reduction = rmsnorm }",
-      "fused { epilogue = [bias, relu]; reduction = layer_norm; storage = bf16 }",
-      "fused { epilogue = [bias, relu]; residual = true; storage = f16 }",
-      "matmul { transpose_a = true; transpose_b = true }",
-      "matmul { storage = bf16 }",
-      "gated { gate_act = silu }",
-      "gated { gate_act = gelu; storage = bf16 }",
-      "attention { scale = 0.125; causal = true }",
-      "attention { scale = 0.3; causal = false; q_transposed = true; k_transposed = true; storage = f16 }",
-      "norm_chain { norm = rmsnorm; add_residual = true; weight = true }",
-      "norm_chain { norm = layer_norm; weight = true; bias = true }",
-      "norm_chain { norm = softmax; add_residual = true }",
-      "pointwise { inputs = [x, y]; t0 = mul(x, y); t1 = gelu(t0); t2 = maximum(t1, y); output = t2 }",
-      "pointwise { inputs = [x, y, z]; t0 = softplus(x); t1 = erf(y); t2 = tanh(z); t3 = add(t0, t1); t4 = "
-      "minimum(t3, t2); output = t4 }",
-      "pointwise_reduce { inputs = [x]; t0 = exp(x); output = t0; reduce = sum }",
-      "pointwise_reduce { inputs = [x, y]; t0 = sub(x, y); output = t0; reduce = amax }",
-      "pointwise_reduce { inputs = [x]; t0 = neg(x); output = t0; reduce = amin }",
-  };
-  for (const char* text : regions) expect_verified(region_of(text));
+
+  for (const char* text : testing::kEveryKindRegions) expect_verified(region_of(text));
   // Small blocks: several K blocks, many row blocks, a 6-row tile (merges of partial sums).
-  for (const char* text : {"fused { epilogue = [bias, gelu]; residual = true }", "gated { gate_act = silu }",
-                           "fused { epilogue = [bias]; reduction = softmax }", "attention { causal = true }"})
-    expect_verified(region_of(text), kSmallBlocks);
+  for (const char* text : testing::kSmallBlockRegions) expect_verified(region_of(text), kSmallBlocks);
 }
 
 TEST(X86Simd, FusedRaggedShapes) {

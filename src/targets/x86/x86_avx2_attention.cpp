@@ -48,11 +48,7 @@ std::string avx2_attention_softmax_row(float scale) {
   }
   s += "          }\n";
   if (fold) s += "          bm = scale * bm;\n";
-  s += "          const float mo = mrow[rr], mn = mo > bm ? mo : bm;\n";
-  s += "          const float dm = mo - mn;\n";
-  // A row's first block rescales nothing (e^-inf = 0, computed through a denormal otherwise).
-  s += "          const float alpha = mo == mn ? 1.0f : (mo == -INFINITY ? 0.0f : " +
-       codegen::render_row_norm_accumulate(d, RowNorm::softmax, "dm") + ");\n";
+  s += online_softmax_rescale(codegen::render_row_norm_accumulate(d, RowNorm::softmax, "dm"));
   s += "          float ls = 0.0f;\n";
   s += "          #pragma omp simd reduction(+ : ls)\n";
   s += "          for (int64_t j = 0; j < lim; ++j) {\n";

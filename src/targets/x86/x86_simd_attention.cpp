@@ -108,6 +108,15 @@ std::string attention_pv_source(const Tuning& tuning) {
          (tuning.avx2 ? avx2_rows_kernel_source(tuning.mr) : kPv) + (tuning.amx ? amx_attention_step_source() : "");
 }
 
+std::string online_softmax_rescale(const std::string& exp_dm) {
+  std::string s = "          const float mo = mrow[rr], mn = mo > bm ? mo : bm;\n";
+  s += "          const float dm = mo - mn;\n";
+  // A row's first block rescales nothing (e^-inf = 0): computing it went through a denormal
+  // 2^n product, a microcode assist per row and block that took 40 % of a small head's time.
+  s += "          const float alpha = mo == mn ? 1.0f : (mo == -INFINITY ? 0.0f : " + exp_dm + ");\n";
+  return s;
+}
+
 std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, const Tuning& tuning) {
   const bool amx = tuning.amx;   // both products on AMX tiles (x86_amx_attention.cpp)
   const bool avx2 = tuning.avx2; // both products on the AVX2 micro-kernel (x86_avx2_attention.cpp)
@@ -348,11 +357,7 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
          "          }\n";
     t += std::string("          const float bm = ") + (fold ? "(" + vscale + ") * " : "") +
          "_mm512_reduce_max_ps(_mm512_max_ps(mx0, mx1));\n";
-    t += "          const float mo = mrow[rr], mn = mo > bm ? mo : bm;\n";
-    t += "          const float dm = mo - mn;\n";
-    // A row's first block rescales nothing (e^-inf = 0): computing it went through a denormal
-    // 2^n product, a microcode assist per row and block that took 40 % of a small head's time.
-    t += "          const float alpha = mo == mn ? 1.0f : (mo == -INFINITY ? 0.0f : " + exp_one + ");\n";
+    t += online_softmax_rescale(exp_one);
     // Probabilities e^(s - m) of the visible keys, 16 at a time through the table's
     // accumulate step rendered over __m512 (masked keys become 0 and never reach the sum).
     t += "          const __m512 vmn = _mm512_set1_ps(mn);\n";

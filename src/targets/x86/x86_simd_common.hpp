@@ -160,6 +160,10 @@ std::string amx_attention_split_row(const std::string& hook);
 std::string amx_attention_split_chunk();
 std::string amx_attention_steps(const AttentionRegion& r, const StorageLoad& ld, bool overlap,
                                 const std::string& step_rows, const std::string& rows_loop, const std::string& zmm_pv);
+// One online-softmax step's new running max of row rr (mn, from mrow[rr] and the block's max
+// bm) and the factor alpha = e^(old max - new max) (`exp_dm`, an expression in dm) that
+// rescales the row's sum and output; both lanes' softmax rows (x86_simd_attention.cpp).
+std::string online_softmax_rescale(const std::string& exp_dm);
 // The x86_avx2 lane's attention pieces (x86_avx2_attention.cpp), in attention_body's loops:
 // packing V of every KV head into 32-column panels, one row's online-softmax step, and the
 // block's P·V through fusor_ukr.

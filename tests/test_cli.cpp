@@ -559,6 +559,25 @@ TEST_F(CliLanes, EmittedSimdKernelsCompileWithoutWarnings) {
 
 // The saved run records the host's FMA peak and, where AMX runs, the tile rate of every bench
 // thread before and after the cases (shared hosts slow their tiles for minutes at a time).
+// The `small` suite: shapes whose fixed costs show (the embedded transformer block's GEMMs),
+// timed in batches; each case against the same peers with the oracle's error.
+TEST_F(CliLanes, BenchSmallSuite) {
+  if (!fs::exists(fs::path(FUSOR_BIN).parent_path() / "fusor-bench")) GTEST_SKIP() << "fusor-bench is not built";
+  const auto r = fusor_env("bench small --filter residual_64x64 --json --min-ms 1");
+  ASSERT_EQ(r.code, 0) << r.err << r.out;
+  std::istringstream lines(r.out);
+  std::vector<std::string> names;
+  for (std::string line; std::getline(lines, line);) {
+    const auto j = nlohmann::json::parse(line);
+    names.push_back(j.at("case").get<std::string>());
+    EXPECT_GT(j.at("fusor_ms").get<double>(), 0.0);
+    EXPECT_LT(j.at("max_abs_err").get<double>(), 1e-3);
+    EXPECT_TRUE(j.at("verified").get<bool>());
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"gemm_bias_residual_64x64x256", "gemm_bias_residual_64x64x64"}));
+  EXPECT_EQ(fusor_env("bench tiny").code, 2); // suites are checked
+}
+
 TEST_F(CliLanes, BenchSavesTheMachineWithItsTileRate) {
   if (!fs::exists(fs::path(FUSOR_BIN).parent_path() / "fusor-bench")) GTEST_SKIP() << "fusor-bench is not built";
   const fs::path saved = dir_ / "bench.json";

@@ -175,6 +175,26 @@ TEST(X86Avx2, RaggedShapesAndKBlocks) {
   expect_matches_reference(red, gemm(17, 1000, 129), 7, 0.5, kSmallBlocks);
 }
 
+// Narrow GEMMs read A and B in place (x86_simd's NarrowGemmReadsOperandsInPlace): the ymm
+// direct tiles of 6, 4, 2 and 1 rows.
+TEST(X86Avx2, NarrowGemmReadsOperandsInPlace) {
+  REQUIRE_AVX2();
+  for (const char* text : testing::kInPlaceGemmRegions) {
+    const Region region = region_of(text);
+    auto src = avx2_lane(region_kind(region))->emit(region, {});
+    ASSERT_TRUE(src.ok()) << text;
+    EXPECT_NE(src->source.find("fusor_ukr_direct("), std::string::npos) << text;
+    for (const ProblemShape& dims : testing::kInPlaceShapes) expect_matches_reference(region, dims, 40, 0.5);
+    expect_matches_reference(region, gemm(37, 100, 129), 41, 0.5, kSmallBlocks);
+    testing::expect_verified_on("x86_avx2", region);
+  }
+  for (const char* text : testing::kPackedGemmRegions) {
+    auto src = avx2_lane(region_kind(region_of(text)))->emit(region_of(text), {});
+    ASSERT_TRUE(src.ok()) << text;
+    EXPECT_EQ(src->source.find("fusor_ukr_direct("), std::string::npos) << text;
+  }
+}
+
 // Attention: one or many online-softmax steps (nb), a causal diagonal inside a later key
 // block, query blocks of 4..6 rows with ragged last ones, batch, heads and GQA, Dv not a
 // multiple of the 32-column panel, transposed operands, 16-bit storage and a negative scale

@@ -60,9 +60,9 @@ Command add_bench_command(CLI::App& app) {
   CLI::App* sub =
       app.add_subcommand("bench", "Benchmark fusor's x86 lanes against oneDNN and OpenBLAS: per case "
                                   "fusor's time and lane, each peer's, the ratio, GFLOP/s or GB/s, the oracle's error");
-  sub->add_option("SUITE", o->suite, "gemm | gated | attention | norm | pointwise | all")
+  sub->add_option("SUITE", o->suite, "gemm | gated | attention | norm | pointwise | small | all")
       ->required()
-      ->check(CLI::IsMember({"gemm", "gated", "attention", "norm", "pointwise", "all"}));
+      ->check(CLI::IsMember({"gemm", "gated", "attention", "norm", "pointwise", "small", "all"}));
   sub->add_option("--filter", o->filter, "Only cases whose name contains TEXT");
   sub->add_flag("--json", o->json, "One JSON object per line per case");
   sub->add_option("--save", o->save, "Also write the machine description and every case to FILE (JSON)");

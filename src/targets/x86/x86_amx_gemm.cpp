@@ -400,7 +400,7 @@ std::string amx_pack_a(const GemmPlan& plan, const StorageLoad& ld, const std::s
   const std::string& I = indent;
   std::string s;
   s += I + "for (int64_t q = 0; q < nq; ++q) {\n";
-  s += I + "  const int64_t i = i0 + q * FUSOR_MR, rows = M - i < FUSOR_MR ? M - i : FUSOR_MR;\n";
+  s += I + "  const int64_t i = i0 + q * FUSOR_MR, rows = iend - i < FUSOR_MR ? iend - i : FUSOR_MR;\n";
   s += I + "  uint16_t* restrict base = ap + q * FUSOR_NSA * kcp * 32;\n";
   s += I + "  for (int64_t r = 0; r < FUSOR_MR; ++r)\n";
   s += I + "    for (int64_t k0 = 0; k0 < kcp; k0 += 32) {\n";

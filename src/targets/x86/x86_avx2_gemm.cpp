@@ -13,13 +13,15 @@ namespace fusor::x86::simd {
 
 namespace {
 
-// The register tile as function `name`; `a_at` is A's element of row R (a number) at k.
-std::string avx2_ukr(int mr, const std::string& name, const std::function<std::string(const std::string&)>& a_at) {
+// The register tile as function `name`; `a_at` is A's element of row R (a number) at k; B's
+// rows are `ldb` floats apart (32 when packed), `ld_params` the stride parameters after a and b.
+std::string avx2_ukr(int mr, const std::string& name, const std::function<std::string(const std::string&)>& a_at,
+                     const std::string& ldb = "32", bool ld_params = false) {
   // fusor_ukr's contract (x86_simd_common.hpp): c[MR][32] = cin + a^T b, cin may be c (each
   // half reads its own columns of cin before it writes them) or NULL for zero.
-  std::string s = "static void " + name +
-                  "(int64_t kc, const float* restrict a, const float* restrict b, float* c, int64_t ldc, "
-                  "const float* cin, int64_t ldin) {\n";
+  std::string s = "static void " + name + "(int64_t kc, const float* restrict a, " +
+                  (ld_params ? "int64_t lda, " : "") + "const float* restrict b, " +
+                  (ld_params ? "int64_t ldb, " : "") + "float* c, int64_t ldc, const float* cin, int64_t ldin) {\n";
   s += "  for (int64_t h = 0; h < 32; h += 16) {\n";
   for (int r = 0; r < mr; ++r)
     s += "    __m256 c" + std::to_string(r) + "_0 = _mm256_setzero_ps(), c" + std::to_string(r) +
@@ -33,7 +35,8 @@ std::string avx2_ukr(int mr, const std::string& name, const std::function<std::s
   s += "    }\n";
   s += "    #pragma GCC unroll 4\n";
   s += "    for (int64_t k = 0; k < kc; ++k) {\n";
-  s += "      const __m256 b0 = _mm256_loadu_ps(b + k * 32 + h), b1 = _mm256_loadu_ps(b + k * 32 + h + 8);\n";
+  s += "      const __m256 b0 = _mm256_loadu_ps(b + k * " + ldb + " + h), b1 = _mm256_loadu_ps(b + k * " + ldb +
+       " + h + 8);\n";
   for (int r = 0; r < mr; ++r) {
     const std::string R = std::to_string(r);
     s += "      { const __m256 av = _mm256_broadcast_ss(" + a_at(R) + "); c" + R + "_0 = _mm256_fmadd_ps(av, b0, c" +
@@ -51,10 +54,19 @@ std::string avx2_ukr(int mr, const std::string& name, const std::function<std::s
 
 } // namespace
 
-std::string avx2_micro_kernel_source(int mr) {
+std::string avx2_packed_ukr(int rows, int mr, const std::string& name) {
   const std::string MR = std::to_string(mr);
-  return "#define FUSOR_MR " + MR + "\n" +
-         avx2_ukr(mr, "fusor_ukr", [&](const std::string& r) { return "a + k * " + MR + " + " + r; });
+  return avx2_ukr(rows, name, [&](const std::string& r) { return "a + k * " + MR + " + " + r; });
+}
+
+std::string avx2_micro_kernel_source(int mr) {
+  return "#define FUSOR_MR " + std::to_string(mr) + "\n" + avx2_packed_ukr(mr, mr, "fusor_ukr");
+}
+
+// fusor_ukr_direct's ymm tile (x86_simd_common.hpp): six rows or fewer keep a pointer each.
+std::string avx2_direct_ukr(int rows, const std::string& name) {
+  return avx2_ukr(
+      rows, name, [](const std::string& r) { return "a + " + r + " * lda + k"; }, "ldb", true);
 }
 
 // Attention's P·V reads the probabilities where the softmax left them, rows FUSOR_NB floats

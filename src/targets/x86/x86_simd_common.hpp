@@ -34,8 +34,9 @@ struct Tuning {
   int amx_parts_a = 3, amx_parts_b = 3;
   int exact = 0; // x86_amx: 1 computes all nine bf16 part products (x86_amx_gemm.cpp)
   // x86_amx: 0 runs vector work after the tile products instead of between them (attention's
-  // softmax, x86_amx_attention.cpp; GEMM's packing of B's next panels), to measure what the
-  // overlap gains.
+  // softmax, x86_amx_attention.cpp; GEMM's packing of B's next panels); x86_avx512: 0 packs
+  // B's panels before their products instead of between the previous panels' FMAs. To measure
+  // what the overlap gains.
   int overlap = 1;
   // Norm chains and pointwise DAGs: non-temporal stores of the output (stream_helpers says
   // why): 0 never, 1 always, 2 when the output passes the last-level cache.
@@ -73,6 +74,9 @@ std::string micro_kernel_source(int mr);
 // fusor_ukr with the same contract on AVX2 + FMA (x86_avx2_gemm.cpp): each 16-column half of
 // the tile in 2 x mr ymm accumulators (mr <= 6).
 std::string avx2_micro_kernel_source(int mr);
+// (x86_avx2_gemm.cpp) The ymm tiles of `rows` rows: A packed [kc][mr], or read in place.
+std::string avx2_packed_ukr(int rows, int mr, const std::string& name);
+std::string avx2_direct_ukr(int rows, const std::string& name);
 // The same tile as `fusor_ukr_rows`, whose A is row-major with rows FUSOR_NB floats apart
 // (attention's probabilities): a[r * FUSOR_NB + k].
 std::string avx2_rows_kernel_source(int mr);
@@ -100,6 +104,24 @@ struct GemmPlan {
   double eps = 0.0;
   std::optional<Op> gate;
 };
+// Whether the kernel may read A and B in place when N is small: f32 row-major operands, no
+// prologue to apply, one product (gated panels interleave two B operands), the zmm or ymm tile.
+bool gemm_reads_in_place(const GemmPlan& plan, const StorageLoad& ld, const Tuning& tuning);
+// Edge tiles for the GEMM kinds: `fusor_ukr_packed_rows(rows, kc, a, b, c, ldc)` computes the
+// first rows (<= FUSOR_MR) of a packed panel's tile (cin NULL) as tiles of MR, 8, 4, 2 and 1
+// rows, so an edge panel costs its rows, not MR. With `in_place`, small GEMMs read A and B
+// where they lie (gemm_reads_in_place), since packing them costs as much as a few
+// micro-kernel calls and few calls reuse a packed panel: `fusor_ukr_direct(kc, a, lda, b, ldb,
+// c, ldc, cin, ldin)` is fusor_ukr's tile with A's rows lda floats apart (a[r * lda + k]) and
+// B's rows ldb apart (b[k * ldb + j]), `fusor_ukr_direct_rows(rows, kc, a, lda, b, ldb, c,
+// ldc)` any rows of it the same way.
+std::string edge_tiles_source(int mr, bool avx2, bool in_place);
+// Whether the zmm tile packs B's next panels between its products (`fusor_ukr_packing`; knob
+// overlap = 0 packs each block alone, to measure the difference).
+bool gemm_packs_b_between_products(const GemmPlan& plan, const Tuning& tuning);
+// What gemm_body's kernel needs besides fusor_ukr: the edge tiles, the in-place tiles, the
+// packing micro-kernel (the lanes but x86_amx).
+std::string gemm_helpers_source(const GemmPlan& plan, const StorageLoad& ld, const Tuning& tuning);
 // The x86_amx lane (x86_amx_gemm.cpp): bf16 parts an operand needs to be exact (f32 or any
 // prologue: 3; f16: 2; bf16: 1); the head (FUSOR_MR 32, part splitting, tile permission and
 // configuration, `fusor_amx_ukr` with fusor_ukr's contract on packed bf16 panels); the

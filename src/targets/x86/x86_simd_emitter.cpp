@@ -65,8 +65,9 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
     std::string names;
     for (const Knob& k : kKnobs) {
       const std::string name = k.name;
-      // The AMX tile is 32 rows; `exact` and `overlap` are AMX's, `stream` the streaming kinds'.
-      if (t.amx ? name == "mr" || name == "stream" : name == "exact" || name == "overlap") continue;
+      // The AMX tile is 32 rows; `exact` is AMX's, `overlap` AMX's and the zmm GEMM's, `stream`
+      // the streaming kinds'.
+      if (t.amx ? name == "mr" || name == "stream" : name == "exact" || (name == "overlap" && t.avx2)) continue;
       names += (names.empty() ? "" : ", ") + name;
       if (key == name) knob = &k;
     }
@@ -182,15 +183,22 @@ Expected<KernelSource> emit_lane(const Region& region, const EmitOptions& option
     tuning.amx_parts_b = simd::amx_parts(storage, false);
   }
   std::string body;
-  if (const auto* f = std::get_if<FusedRegion>(&region)) {
-    body = simd::gemm_body({f->a_layout() == Layout::col_major, f->b_layout() == Layout::col_major, f->prologue(),
-                            f->epilogue(), f->residual(), f->reduction(), f->eps(), std::nullopt},
-                           ld, tuning);
-  } else if (const auto* m = std::get_if<MatmulRegion>(&region)) {
-    body = simd::gemm_body({m->transpose_a(), m->transpose_b(), {}, {}, false, std::nullopt, 0.0, std::nullopt}, ld,
-                           tuning);
-  } else if (const auto* g = std::get_if<GatedMatmulRegion>(&region)) {
-    body = simd::gemm_body({false, false, {}, {}, false, std::nullopt, 0.0, g->gate_act()}, ld, tuning);
+  std::optional<simd::GemmPlan> plan;
+  if (const auto* f = std::get_if<FusedRegion>(&region))
+    plan = simd::GemmPlan{f->a_layout() == Layout::col_major,
+                          f->b_layout() == Layout::col_major,
+                          f->prologue(),
+                          f->epilogue(),
+                          f->residual(),
+                          f->reduction(),
+                          f->eps(),
+                          std::nullopt};
+  else if (const auto* m = std::get_if<MatmulRegion>(&region))
+    plan = simd::GemmPlan{m->transpose_a(), m->transpose_b(), {}, {}, false, std::nullopt, 0.0, std::nullopt};
+  else if (const auto* g = std::get_if<GatedMatmulRegion>(&region))
+    plan = simd::GemmPlan{false, false, {}, {}, false, std::nullopt, 0.0, g->gate_act()};
+  if (plan) {
+    body = simd::gemm_body(*plan, ld, tuning);
   } else if (const auto* a = std::get_if<AttentionRegion>(&region)) {
     body = simd::attention_body(*a, ld, tuning);
   } else if (const auto* p = std::get_if<PointwiseGraphRegion>(&region)) {
@@ -223,6 +231,7 @@ Expected<KernelSource> emit_lane(const Region& region, const EmitOptions& option
     head += simd::avx2_micro_kernel_source(tuning.mr);
   else if (gemm_kind || kind == RegionKind::attention)
     head += simd::micro_kernel_source(tuning.mr);
+  if (plan && !tuning.amx) head += simd::gemm_helpers_source(*plan, ld, tuning);
   if (!tuning.avx2 && (gemm_kind || kind == RegionKind::attention || kind == RegionKind::pointwise))
     head += codegen::render_avx512_math_helpers(codegen::c99_avx512_dialect());
   if (kind == RegionKind::attention) head += simd::attention_pv_source(tuning);

@@ -26,18 +26,24 @@ std::string omp_parallel(const std::string& work, const std::string& rest) {
   return "#pragma omp parallel" + rest + " if (parallel: (double)(" + work + ") >= FUSOR_SERIAL_BELOW)";
 }
 
-std::string micro_kernel_source(int mr) {
+namespace {
+
+// fusor_ukr's zmm tile of `rows` rows as function `name`, A packed [kc][mr] (rows < mr: the
+// first rows of a panel, from a + r).
+// `packing`: fusor_ukr_packing, which also copies one row of B's next panels per k step
+// (fusor_fpack) and is fusor_ukr once they are all copied.
+std::string avx512_packed_ukr(int rows, int mr, const std::string& name, bool packing = false) {
   const std::string MR = std::to_string(mr);
-  std::string s = "#define FUSOR_MR " + MR + "\n";
   // `cin` (may be `c` itself, or NULL for zero) seeds the accumulators: a K block after the
   // first continues the sums in registers instead of merging partial tiles afterwards.
-  s += "static void fusor_ukr(int64_t kc, const float* restrict a, const float* restrict b, float* c, int64_t ldc, "
-       "const float* cin, int64_t ldin) {\n";
-  for (int r = 0; r < mr; ++r)
+  std::string s = "static void " + name + "(int64_t kc, const float* restrict a, const float* restrict b, " +
+                  (packing ? "fusor_fpack* u, " : "") + "float* c, int64_t ldc, const float* cin, int64_t ldin) {\n";
+  if (packing) s += "  if (u->k >= u->kc) {\n    fusor_ukr(kc, a, b, c, ldc, cin, ldin);\n    return;\n  }\n";
+  for (int r = 0; r < rows; ++r)
     s += "  __m512 c" + std::to_string(r) + "_0 = _mm512_setzero_ps(), c" + std::to_string(r) +
          "_1 = _mm512_setzero_ps();\n";
   s += "  if (cin) {\n";
-  for (int r = 0; r < mr; ++r) {
+  for (int r = 0; r < rows; ++r) {
     const std::string R = std::to_string(r);
     s += "    c" + R + "_0 = _mm512_loadu_ps(cin + " + R + " * ldin); c" + R + "_1 = _mm512_loadu_ps(cin + " + R +
          " * ldin + 16);\n";
@@ -48,19 +54,156 @@ std::string micro_kernel_source(int mr) {
   s += "    const __m512 b0 = _mm512_loadu_ps(b + k * 32), b1 = _mm512_loadu_ps(b + k * 32 + 16);\n";
   s += "    const float* restrict ak = a + k * " + MR + ";\n";
   s += "    _mm_prefetch((const char*)(ak + 16 * " + MR + "), _MM_HINT_T0);\n";
-  for (int r = 0; r < mr; ++r) {
+  for (int r = 0; r < rows; ++r) {
     const std::string R = std::to_string(r);
     s += "    { const __m512 av = _mm512_set1_ps(ak[" + R + "]); c" + R + "_0 = _mm512_fmadd_ps(av, b0, c" + R +
          "_0); c" + R + "_1 = _mm512_fmadd_ps(av, b1, c" + R + "_1); }\n";
   }
+  if (packing) s += "    fusor_fpack_unit(u);\n";
   s += "  }\n";
-  for (int r = 0; r < mr; ++r) {
+  for (int r = 0; r < rows; ++r) {
     const std::string R = std::to_string(r);
     s += "  _mm512_storeu_ps(c + " + R + " * ldc, c" + R + "_0); _mm512_storeu_ps(c + " + R + " * ldc + 16, c" + R +
          "_1);\n";
   }
-  s += "}\n\n";
-  return s + transpose16_source();
+  return s + "}\n\n";
+}
+
+} // namespace
+
+std::string micro_kernel_source(int mr) {
+  return "#define FUSOR_MR " + std::to_string(mr) + "\n" + avx512_packed_ukr(mr, mr, "fusor_ukr") +
+         transpose16_source();
+}
+
+namespace {
+
+// fusor_ukr_direct's zmm tile of `rows` rows as function `name`. The rows' addresses are
+// three bases five rows apart plus 0, lda, 2 lda, 3 lda, 4 lda in bytes (x86 addressing's
+// base + index * scale), so the fourteen A streams need five registers, not fourteen.
+std::string avx512_direct_ukr(int rows, const std::string& name) {
+  std::string s = "static void " + name +
+                  "(int64_t kc, const float* restrict a, int64_t lda, const float* restrict b, int64_t ldb, float* c, "
+                  "int64_t ldc, const float* cin, int64_t ldin) {\n";
+  for (int r = 0; r < rows; ++r)
+    s += "  __m512 c" + std::to_string(r) + "_0 = _mm512_setzero_ps(), c" + std::to_string(r) +
+         "_1 = _mm512_setzero_ps();\n";
+  s += "  if (cin) {\n";
+  for (int r = 0; r < rows; ++r) {
+    const std::string R = std::to_string(r);
+    s += "    c" + R + "_0 = _mm512_loadu_ps(cin + " + R + " * ldin); c" + R + "_1 = _mm512_loadu_ps(cin + " + R +
+         " * ldin + 16);\n";
+  }
+  s += "  }\n  const int64_t s1 = lda * 4, s3 = 3 * s1;\n  (void)s1, (void)s3;\n";
+  for (int base = 0; base < rows; base += 5)
+    s += "  const char* p" + std::to_string(base) + " = (const char*)(a + " + std::to_string(base) + " * lda);\n";
+  s += "  #pragma GCC unroll 4\n  for (int64_t k = 0; k < kc; ++k) {\n";
+  s += "    const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);\n    b += ldb;\n";
+  static const char* const kOffset[] = {"0", "s1", "2 * s1", "s3", "4 * s1"};
+  for (int r = 0; r < rows; ++r) {
+    const std::string R = std::to_string(r);
+    s += "    { const __m512 av = _mm512_set1_ps(*(const float*)(p" + std::to_string(r / 5 * 5) + " + " +
+         kOffset[r % 5] + ")); c" + R + "_0 = _mm512_fmadd_ps(av, b0, c" + R + "_0); c" + R +
+         "_1 = _mm512_fmadd_ps(av, b1, c" + R + "_1); }\n";
+  }
+  for (int base = 0; base < rows; base += 5) s += "    p" + std::to_string(base) + " += 4;\n";
+  s += "  }\n";
+  for (int r = 0; r < rows; ++r) {
+    const std::string R = std::to_string(r);
+    s += "  _mm512_storeu_ps(c + " + R + " * ldc, c" + R + "_0); _mm512_storeu_ps(c + " + R + " * ldc + 16, c" + R +
+         "_1);\n";
+  }
+  return s + "}\n\n";
+}
+
+} // namespace
+
+namespace {
+
+// `dispatch(rows, kc, <a, [lda,] b, [ldb,]> c, ldc)`: rows <= FUSOR_MR (direct: any) of the tile
+// as calls of `full` (MR rows) and of `piece`N for N in 8, 4, 2, 1 below mr; `row_a` is the
+// address of row r's A.
+std::string rows_dispatch(int mr, const std::string& dispatch, const std::string& a_params, const std::string& b_params,
+                          const std::string& a_args, const std::string& b_args, const std::string& full,
+                          const std::string& piece, const std::string& row_a) {
+  std::string s = "static void " + dispatch + "(int64_t rows, int64_t kc, " + a_params + ", " + b_params +
+                  ", float* c, int64_t ldc) {\n";
+  s += "  for (int64_t r = 0; r < rows;) {\n    const int64_t left = rows - r;\n";
+  const auto call = [&](const std::string& fn, const std::string& n) {
+    return " {\n      " + fn + "(kc, " + row_a + ", " + a_args + b_args +
+           ", c + r * ldc, ldc, NULL, 0);\n      r += " + n + ";\n    }";
+  };
+  s += "    if (left >= FUSOR_MR)" + call(full, "FUSOR_MR");
+  for (int n : {8, 4, 2, 1})
+    if (n < mr)
+      s += " else if (left >= " + std::to_string(n) + ")" + call(piece + std::to_string(n), std::to_string(n));
+  return s + "\n  }\n}\n\n";
+}
+
+} // namespace
+
+namespace {
+
+// fusor_fpack: B's next block of panels (pb .. pb + pn of this K block), packed one unit at a
+// time: one row k of one panel (32 floats; a gated panel's 16 + 16 from its two weights),
+// k outer so each row of B is read in one run across the block's panels. Between the
+// micro-kernel's FMAs the loads from L3 or memory overlap the products; packed alone, a
+// block's B costs 4-17 % of the call (most where few A panels share it).
+std::string fpack_source(const StorageLoad& ld) {
+  const std::string T = ld.type;
+  std::string s = "typedef struct {\n  const " + T + "* b;\n  const " + T + "* b2; /* gated: the up weight */\n";
+  s += "  float* bp;\n  int64_t n, pc, kc, pb, pn, k, pp;\n} fusor_fpack;\n";
+  s += "static inline __attribute__((always_inline)) void fusor_fpack_unit(fusor_fpack* u) {\n";
+  s += "  if (u->k >= u->kc) return;\n";
+  s += "  const int64_t cw = u->b2 ? 16 : 32, c0 = (u->pb + u->pp) * cw, w = u->n - c0 < cw ? u->n - c0 : cw;\n";
+  s += "  const " + T + "* row = u->b + (u->pc + u->k) * u->n + c0;\n";
+  s += "  const " + T + "* hi = u->b2 ? u->b2 + (u->pc + u->k) * u->n + c0 : row + 16;\n";
+  s += "  const int64_t wh = u->b2 ? w : w - 16;\n";
+  s += "  const __mmask16 m0 = w >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << w) - 1u);\n";
+  s += "  const __mmask16 m1 = wh >= 16 ? (__mmask16)0xFFFF : wh <= 0 ? (__mmask16)0 : (__mmask16)((1u << wh) - 1u);\n";
+  s += "  float* dk = u->bp + u->pp * u->kc * 32 + u->k * 32;\n";
+  s += "  _mm512_storeu_ps(dk, " + ld.load16("m0", "row") + ");\n";
+  s += "  _mm512_storeu_ps(dk + 16, " + ld.load16("m1", "hi") + ");\n";
+  s += "  if (++u->pp == u->pn) u->pp = 0, ++u->k;\n}\n";
+  s += "static void fusor_fpack_all(fusor_fpack* u) {\n  while (u->k < u->kc) fusor_fpack_unit(u);\n}\n\n";
+  return s;
+}
+
+} // namespace
+
+bool gemm_packs_b_between_products(const GemmPlan& plan, const Tuning& tuning) {
+  return !tuning.amx && !tuning.avx2 && tuning.overlap != 0 && !plan.b_trans;
+}
+
+std::string gemm_helpers_source(const GemmPlan& plan, const StorageLoad& ld, const Tuning& tuning) {
+  std::string s;
+  if (gemm_packs_b_between_products(plan, tuning))
+    s += fpack_source(ld) + avx512_packed_ukr(tuning.mr, tuning.mr, "fusor_ukr_packing", true);
+  return s + edge_tiles_source(tuning.mr, tuning.avx2, gemm_reads_in_place(plan, ld, tuning));
+}
+
+std::string edge_tiles_source(int mr, bool avx2, bool in_place) {
+  std::string s;
+  for (int n : {8, 4, 2, 1})
+    if (n < mr)
+      s += avx2 ? avx2_packed_ukr(n, mr, "fusor_ukr" + std::to_string(n))
+                : avx512_packed_ukr(n, mr, "fusor_ukr" + std::to_string(n));
+  s += rows_dispatch(mr, "fusor_ukr_packed_rows", "const float* a", "const float* b", "", "b", "fusor_ukr", "fusor_ukr",
+                     "a + r");
+  if (!in_place) return s;
+  const auto direct = [avx2](int rows, const std::string& name) {
+    return avx2 ? avx2_direct_ukr(rows, name) : avx512_direct_ukr(rows, name);
+  };
+  s += direct(mr, "fusor_ukr_direct");
+  for (int n : {8, 4, 2, 1})
+    if (n < mr) s += direct(n, "fusor_ukr_direct" + std::to_string(n));
+  return s + rows_dispatch(mr, "fusor_ukr_direct_rows", "const float* a, int64_t lda", "const float* b, int64_t ldb",
+                           "lda, ", "b, ldb", "fusor_ukr_direct", "fusor_ukr_direct", "a + r * lda");
+}
+
+bool gemm_reads_in_place(const GemmPlan& plan, const StorageLoad& ld, const Tuning& tuning) {
+  return !tuning.amx && ld.dtype == DType::f32 && !plan.a_trans && !plan.b_trans && plan.prologue.empty() &&
+         !plan.gate.has_value();
 }
 
 std::string transpose16_source() {
@@ -115,7 +258,7 @@ std::string pack_a(const GemmPlan& plan, const StorageLoad& ld, bool avx2) {
   std::string s;
   const std::string a_index = plan.a_trans ? "(pc + k) * M + i + r" : "(i + r) * K + pc + k";
   s += "        for (int64_t q = 0; q < nq; ++q) {\n";
-  s += "          const int64_t i = i0 + q * FUSOR_MR, rows = M - i < FUSOR_MR ? M - i : FUSOR_MR;\n";
+  s += "          const int64_t i = i0 + q * FUSOR_MR, rows = iend - i < FUSOR_MR ? iend - i : FUSOR_MR;\n";
   s += "          float* restrict dst = ap + q * kc * FUSOR_MR;\n";
   s += "          int64_t k0 = 0;\n";
   // f32 rows of a whole panel go 16 k at a time through a register transpose (a quarter of
@@ -139,7 +282,8 @@ std::string pack_a(const GemmPlan& plan, const StorageLoad& ld, bool avx2) {
 }
 
 // Packs panels pb .. pb + pn of B (storage -> f32, layout; columns past N are zero).
-std::string pack_b(const GemmPlan& plan, const StorageLoad& ld, bool avx2) {
+// With `in_place`, whole panels are left to be read where they lie when `direct` holds.
+std::string pack_b(const GemmPlan& plan, const StorageLoad& ld, bool avx2, bool in_place) {
   const std::string T = ld.type;
   // 16 f32 from src to dst, whole vectors.
   const auto copy16 = [avx2](const std::string& dst, const std::string& src) {
@@ -152,7 +296,7 @@ std::string pack_b(const GemmPlan& plan, const StorageLoad& ld, bool avx2) {
   std::string s;
   if (plan.b_trans) {
     s += "          for (int64_t pp = 0; pp < pn; ++pp) {\n";
-    s += "            float* restrict dst = bp + pp * kc * 32;\n";
+    s += "            float* restrict dst = bcur + pp * kc * 32;\n";
     s += "            const int64_t c0 = (pb + pp) * 32, w = N - c0 < 32 ? N - c0 : 32;\n";
     s += "            for (int64_t j = 0; j < w; ++j)\n";
     s += "              for (int64_t k = 0; k < kc; ++k) dst[k * 32 + j] = " + ld.load("B", "(c0 + j) * K + pc + k") +
@@ -165,7 +309,7 @@ std::string pack_b(const GemmPlan& plan, const StorageLoad& ld, bool avx2) {
     s += "            const " + T + "* restrict src = B + (pc + k) * N;\n";
     if (gated) s += "            const " + T + "* restrict src2 = B2 + (pc + k) * N;\n";
     s += "            for (int64_t pp = 0; pp < pn; ++pp) {\n";
-    s += "              float* restrict dk = bp + pp * kc * 32 + k * 32;\n";
+    s += "              float* restrict dk = bcur + pp * kc * 32 + k * 32;\n";
     s += "              const int64_t c0 = (pb + pp) * " + CW + ", w = N - c0 < " + CW + " ? N - c0 : " + CW + ";\n";
     // Full panels copy whole vectors (f32 spelled out: GCC turns the copy loop into a
     // memcpy call per row); other storage converts with a constant trip count.
@@ -185,8 +329,9 @@ std::string pack_b(const GemmPlan& plan, const StorageLoad& ld, bool avx2) {
       s += "                for (int64_t j = w; j < 16; ++j) dk[j] = dk[16 + j] = 0.0f;\n              }\n";
     } else {
       if (f32)
-        s += "              if (w == 32) {\n                " + copy16("dk", "src + c0") + "\n                " +
-             copy16("dk + 16", "src + c0 + 16") + "\n              }\n";
+        s += std::string("              if (w == 32) {\n") + (in_place ? "                if (!direct)\n" : "") +
+             "                {\n                " + copy16("dk", "src + c0") + "\n                " +
+             copy16("dk + 16", "src + c0 + 16") + "\n                }\n              }\n";
       else
         s += "              if (w == 32)\n                for (int64_t j = 0; j < 32; ++j) dk[j] = " +
              ld.load("src", "c0 + j") + ";\n";
@@ -208,6 +353,7 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
   const bool has_bias = std::find(plan.epilogue.begin(), plan.epilogue.end(), Op::bias) != plan.epilogue.end();
   const std::string CW = gated ? "16" : "32"; // output columns per packed panel
   const auto& v16 = codegen::c99_avx512_dialect();
+  const bool in_place = gemm_reads_in_place(plan, ld, tuning);
   std::string s;
   s += "  const " + T + "* restrict A = (const " + T + "*)operands[0];\n";
   s += "  const " + T + "* restrict B = (const " + T + "*)operands[1];\n";
@@ -220,6 +366,7 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
   const bool amx = tuning.amx;
   // AMX with f32 B [K, N]: B's next panels are packed between the tile products.
   const bool overlap = amx && tuning.overlap != 0 && !plan.b_trans;
+  const bool zmm_overlap = gemm_packs_b_between_products(plan, tuning);
   if (amx) s += "  if (!fusor_amx_permit()) return " + std::to_string(codegen::kKernelNoTileState) + ";\n";
   // K blocks of at most `kc`, evenly sized: fewer blocks mean fewer partial-sum round trips
   // through `out`, and a micro-panel streamed from L2 costs the micro-kernel little.
@@ -231,6 +378,10 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
            : "  const int64_t KC = K <= KCM ? (K > 0 ? K : 1) : fusor_cdiv(K, fusor_cdiv(K, KCM));\n";
   s += "  const int64_t np = fusor_cdiv(N, " + CW + ");\n";
   s += "  const int64_t kcap = K < KC ? (K > 0 ? K : 1) : KC;\n";
+  // Narrow B (<= 8 panels): A and B are read in place. Packing them costs as much as a few
+  // micro-kernel calls, and each packed panel would serve few; rows 1 KiB apart or less keep
+  // B's reads prefetchable (wide B read in place measured 1.2-2.5x slower).
+  if (in_place) s += "  const int direct = N <= 256;\n";
   if (gated) {
     // Partial sums of both products when K spans several blocks (out holds only one).
     s += "  float* restrict part = NULL;\n";
@@ -253,7 +404,11 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
   s += "    const int64_t mct = MCT * kce <= 262144 ? MCT : (262144 / kce > FUSOR_MR ? 262144 / kce : FUSOR_MR);\n";
   s += "    int64_t nib = fusor_cdiv(M, mct);\n";
   s += "    if (!colsplit) nib = fusor_cdiv(nib, nt) * nt;\n";
-  s += "    const int64_t mc = fusor_cdiv(fusor_cdiv(M, nib), FUSOR_MR) * FUSOR_MR;\n";
+  // Row blocks of a multiple of 4 rows: edge panels cost their rows (fusor_ukr_packed_rows),
+  // so blocks of whole panels would only unbalance the threads (64 rows on two: 42 + 22, not
+  // 32 + 32; 1024 rows in four blocks: 532 + 492). The AMX tile is always 16 rows.
+  s += std::string("    const int64_t mq = ") + (amx ? "FUSOR_MR" : "4") + ";\n";
+  s += "    const int64_t mc = fusor_cdiv(fusor_cdiv(M, nib), mq) * mq;\n";
   s += "    nib = fusor_cdiv(M, mc);\n";
   s += "    const int64_t npc = colsplit ? nt : 1, ppc = fusor_cdiv(np, npc);\n";
   // Panels packed together: four rows of 128 contiguous bytes per k keep the reads of B
@@ -271,15 +426,20 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
     s += "    if (!rf || !cf) {\n      #pragma omp atomic write\n      failed = 1;\n    }\n";
     s += "    fusor_amx_config();\n";
   } else {
-    s += "    float* restrict ap = (float*)fusor_scratch(1, sizeof(float) * (size_t)mc * (size_t)kcap);\n";
-    s += "    float* restrict bp = (float*)fusor_scratch(2, sizeof(float) * (size_t)NBP * (size_t)kcap * 32);\n";
+    // (Whole panels: the block's last one is padded to MR rows.)
+    s += "    float* restrict ap = (float*)fusor_scratch(1, sizeof(float) * (size_t)(fusor_cdiv(mc, FUSOR_MR) * "
+         "FUSOR_MR) "
+         "* (size_t)kcap);\n";
+    s += "    const size_t bpn = (size_t)NBP * (size_t)kcap * 32;\n";
+    s += std::string("    float* restrict bp = (float*)fusor_scratch(2, sizeof(float) * bpn") +
+         (zmm_overlap ? " * 2" : "") + ");\n";
   }
   s += "    float tile[FUSOR_MR * 32] __attribute__((aligned(64)));\n";
   s += "    if (!ap || !bp) {\n      #pragma omp atomic write\n      failed = 1;\n    }\n";
   s += "    #pragma omp for schedule(static)\n";
   s += "    for (int64_t item = 0; item < nib * npc; ++item) {\n";
   s += "      if (!ap || !bp) continue;\n";
-  s += "      const int64_t i0 = (item % nib) * mc, mrows = M - i0 < mc ? M - i0 : mc;\n";
+  s += "      const int64_t i0 = (item % nib) * mc, mrows = M - i0 < mc ? M - i0 : mc, iend = i0 + mrows;\n";
   s += "      const int64_t p_lo = (item / nib) * ppc, p_hi = p_lo + ppc < np ? p_lo + ppc : np;\n";
   s += "      const int64_t nq = fusor_cdiv(mrows, FUSOR_MR);\n";
   s += "      if (p_lo >= p_hi) continue;\n";
@@ -291,6 +451,8 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
   if (amx) s += "        const int64_t kcp = fusor_cdiv(kc, 32) * 32;\n";
   if (amx)
     s += amx_pack_a(plan, ld, "        ");
+  else if (in_place)
+    s += "        if (!direct) {\n" + pack_a(plan, ld, tuning.avx2) + "        }\n";
   else
     s += pack_a(plan, ld, tuning.avx2);
   s += "        for (int64_t pb = p_lo; pb < p_hi; pb += NBP) {\n";
@@ -308,13 +470,29 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
   } else if (amx) {
     s += "          uint16_t* restrict bcur = bp;\n";
     s += amx_pack_b(plan, ld, "          ");
+  } else if (zmm_overlap) {
+    // The same alternation for the zmm tile (fusor_fpack). Read in place, each block packs only
+    // its edge panel, at once. (Packing across K blocks too, so that only an item's first
+    // block is packed alone, measured the same: 0.99-1.01x.)
+    const std::string b2 = gated ? "B2" : "NULL";
+    const std::string cond = in_place ? "pb == p_lo || direct" : "pb == p_lo";
+    const std::string skip = in_place ? " && (!direct || (pb + pn) * 32 > N)" : "";
+    s += "          float* restrict bcur = bp + (((pb - p_lo) / NBP) & 1) * bpn;\n";
+    s += "          if ((" + cond + ")" + skip + ") {\n" + pack_b(plan, ld, false, in_place) + "          }\n";
+    s += "          const int64_t pb2 = pb + NBP, pn2 = p_hi - pb2 < NBP ? p_hi - pb2 : NBP;\n";
+    s += "          fusor_fpack nx = {B, " + b2 + ", bp + (((pb2 - p_lo) / NBP) & 1) * bpn, N, pc, kc, pb2, pn2, " +
+         (in_place ? "pb2 < p_hi && !direct" : "pb2 < p_hi") + " ? 0 : kc, 0};\n";
   } else {
-    s += pack_b(plan, ld, tuning.avx2);
+    s += "          float* restrict bcur = bp;\n";
+    s += in_place ? "          if (!direct || (pb + pn) * 32 > N) {\n" + pack_b(plan, ld, tuning.avx2, true) +
+                        "          }\n"
+                  : pack_b(plan, ld, tuning.avx2, false);
   }
   // ---- every packed panel x A panel: the micro-kernel, then the merge or the epilogue.
   s += "          for (int64_t p = pb; p < pb + pn; ++p)\n            for (int64_t q = 0; q < nq; ++q) {\n";
   s += "              const int64_t r0 = i0 + q * FUSOR_MR, c0 = p * " + CW + ";\n";
-  s += "              const int64_t rows = M - r0 < FUSOR_MR ? M - r0 : FUSOR_MR, cols = N - c0 < " + CW +
+  // (A block need not be whole panels: its last panel's rows end at the block's end.)
+  s += "              const int64_t rows = iend - r0 < FUSOR_MR ? iend - r0 : FUSOR_MR, cols = N - c0 < " + CW +
        " ? N - c0 : " + CW + ";\n";
   // Partial sums of inner K blocks live in `acc` (out; for gated, `part`, whose panels are
   // always 32 wide). Whole tiles continue them in registers; edge tiles merge through `tile`.
@@ -323,19 +501,36 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
          "              const int64_t lacc = np * 32, accw = 32;\n";
   else
     s += "              float* acc = out + r0 * N + c0;\n              const int64_t lacc = N, accw = cols;\n";
-  const std::string ukr = overlap ? "fusor_amx_ukr_packing(kcp, ain, kcp * 32, bin, kcp * 32, &nx, "
-                          : amx   ? "fusor_amx_ukr(kcp, ain, kcp * 32, bin, kcp * 32, "
-                                  : "fusor_ukr(kc, ain, bin, ";
+  const std::string ukr = overlap       ? "fusor_amx_ukr_packing(kcp, ain, kcp * 32, bin, kcp * 32, &nx, "
+                          : amx         ? "fusor_amx_ukr(kcp, ain, kcp * 32, bin, kcp * 32, "
+                          : zmm_overlap ? "fusor_ukr_packing(kc, ain, bin, &nx, "
+                                        : "fusor_ukr(kc, ain, bin, ";
   if (amx)
     s += "              const uint16_t* ain = ap + q * FUSOR_NSA * kcp * 32;\n"
          "              const uint16_t* bin = bcur + (p - pb) * FUSOR_NSB * kcp * 32;\n";
   else
     s += "              const float* ain = ap + q * kc * FUSOR_MR;\n"
-         "              const float* bin = bp + (p - pb) * kc * 32;\n";
+         "              const float* bin = bcur + (p - pb) * kc * 32;\n";
+  // In place: A's rows from the operand; B's whole panels too (an edge panel was packed).
+  if (in_place)
+    s += "              const float* ad = A + r0 * K + pc;\n"
+         "              const float* bd = direct && cols == 32 ? B + pc * N + c0 : bin;\n"
+         "              const int64_t ldb = direct && cols == 32 ? N : 32;\n";
+  const auto call = [&](const std::string& args) {
+    const std::string packed = ukr + args + ");\n";
+    return in_place ? "if (direct) fusor_ukr_direct(kc, ad, K, bd, ldb, " + args + ");\n                else " + packed
+                    : packed;
+  };
   s += "              if (rows == FUSOR_MR && accw == 32) {\n";
-  s += "                " + ukr + "last ? tile : acc, last ? 32 : lacc, first ? NULL : acc, lacc);\n";
+  s += "                " + call("last ? tile : acc, last ? 32 : lacc, first ? NULL : acc, lacc");
   s += "                if (!last) continue;\n              } else {\n";
-  s += "                " + ukr + "tile, 32, NULL, 0);\n";
+  // (Edge tiles: only their rows; the AMX tile is always 16 rows.)
+  const std::string packed_edge =
+      amx ? ukr + "tile, 32, NULL, 0);\n" : "fusor_ukr_packed_rows(rows, kc, ain, bin, tile, 32);\n";
+  s += in_place ? "                if (direct) fusor_ukr_direct_rows(rows, kc, ad, K, bd, ldb, tile, 32);\n"
+                  "                else " +
+                      packed_edge
+                : "                " + packed_edge;
   s += "                for (int64_t r = 0; r < rows; ++r) {\n";
   s += "                  float* restrict t = tile + r * 32;\n                  float* restrict a = acc + r * lacc;\n";
   s += "                  if (last) {\n";
@@ -382,6 +577,7 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
   s += vector_epilogue ? "                  _mm512_mask_storeu_ps(o + j, m, v);\n" : "                  o[j] = v;\n";
   s += "                }\n              }\n            }\n";
   if (overlap) s += "          fusor_bpack_all(&nx);\n";
+  if (zmm_overlap) s += "          fusor_fpack_all(&nx);\n";
   s += "        }\n      }\n";
   if (plan.reduction) {
     // The block's rows are final after its last K block when all panels are this item's.

@@ -200,41 +200,6 @@ TEST(X86Simd, NarrowGemmReadsOperandsInPlace) {
     EXPECT_EQ(source(text).find("fusor_ukr_direct("), std::string::npos) << text;
 }
 
-// B's next panels are packed between the previous panels' FMAs (fusor_ukr_packing); packed
-// alone (overlap = 0) or between, the products are the same, so are the bits. Shapes with
-// several blocks of four panels, an edge panel, K blocks, f16 widening and gated panels.
-TEST(X86Simd, PackingBetweenProductsGivesTheSameBits) {
-  REQUIRE_AVX512();
-  const std::pair<const char*, ProblemShape> cases[] = {
-      {"fused { epilogue = [bias, gelu]; residual = true }", gemm(129, 1000, 300)},
-      {"fused { epilogue = [bias]; reduction = rmsnorm }", gemm(40, 700, 1600)},
-      {"matmul { storage = f16 }", gemm(33, 517, 70)},
-      {"gated { gate_act = silu; storage = bf16 }", gemm(50, 300, 90)}};
-  for (const auto& [text, dims] : cases) {
-    const Region region = region_of(text);
-    const RegionKind kind = region_kind(region);
-    auto src = lane(kind)->emit(region, {});
-    ASSERT_TRUE(src.ok()) << text;
-    EXPECT_NE(src->source.find("fusor_ukr_packing("), std::string::npos) << text;
-    for (const auto& knobs : std::vector<std::map<std::string, std::string>>{{}, {{"kc", "64"}}}) {
-      const auto operands = make_operands(region, dims, 42, 0.5);
-      auto with = knobs;
-      with["overlap"] = "1";
-      auto alone = knobs;
-      alone["overlap"] = "0";
-      auto between = execute_on_target(x86(), region, operands, lane_options(kind, with));
-      auto before = execute_on_target(x86(), region, operands, lane_options(kind, alone));
-      ASSERT_TRUE(between.ok() && before.ok()) << text;
-      EXPECT_TRUE(between->verified && before->verified) << text;
-      EXPECT_EQ(std::memcmp(between->output.data.data(), before->output.data.data(), 4 * before->output.data.size()), 0)
-          << text;
-    }
-  }
-  auto src = lane(RegionKind::matmul)->emit(region_of("matmul { transpose_b = true }"), {});
-  ASSERT_TRUE(src.ok());
-  EXPECT_EQ(src->source.find("fusor_ukr_packing("), std::string::npos); // B^T: packed by columns, alone
-}
-
 // The GEMM epilogue runs 16 lanes at a time when every op of the chain renders over __m512
 // (16-bit bias and residual widened as they load); selects (relu) keep the
 // compiler-vectorised float loop. Either way the oracle passes the kernel.

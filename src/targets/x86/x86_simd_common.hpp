@@ -34,9 +34,8 @@ struct Tuning {
   int amx_parts_a = 3, amx_parts_b = 3;
   int exact = 0; // x86_amx: 1 computes all nine bf16 part products (x86_amx_gemm.cpp)
   // x86_amx: 0 runs vector work after the tile products instead of between them (attention's
-  // softmax, x86_amx_attention.cpp; GEMM's packing of B's next panels); x86_avx512: 0 packs
-  // B's panels before their products instead of between the previous panels' FMAs. To measure
-  // what the overlap gains.
+  // softmax, x86_amx_attention.cpp; GEMM's packing of B's next panels), to measure what the
+  // overlap gains.
   int overlap = 1;
   // Norm chains and pointwise DAGs: non-temporal stores of the output (stream_helpers says
   // why): 0 never, 1 always, 2 when the output passes the last-level cache.
@@ -116,12 +115,6 @@ bool gemm_reads_in_place(const GemmPlan& plan, const StorageLoad& ld, const Tuni
 // B's rows ldb apart (b[k * ldb + j]), `fusor_ukr_direct_rows(rows, kc, a, lda, b, ldb, c,
 // ldc)` any rows of it the same way.
 std::string edge_tiles_source(int mr, bool avx2, bool in_place);
-// Whether the zmm tile packs B's next panels between its products (`fusor_ukr_packing`; knob
-// overlap = 0 packs each block alone, to measure the difference).
-bool gemm_packs_b_between_products(const GemmPlan& plan, const Tuning& tuning);
-// What gemm_body's kernel needs besides fusor_ukr: the edge tiles, the in-place tiles, the
-// packing micro-kernel (the lanes but x86_amx).
-std::string gemm_helpers_source(const GemmPlan& plan, const StorageLoad& ld, const Tuning& tuning);
 // The x86_amx lane (x86_amx_gemm.cpp): bf16 parts an operand needs to be exact (f32 or any
 // prologue: 3; f16: 2; bf16: 1); the head (FUSOR_MR 32, part splitting, tile permission and
 // configuration, `fusor_amx_ukr` with fusor_ukr's contract on packed bf16 panels); the

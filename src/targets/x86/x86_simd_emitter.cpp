@@ -65,9 +65,8 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
     std::string names;
     for (const Knob& k : kKnobs) {
       const std::string name = k.name;
-      // The AMX tile is 32 rows; `exact` is AMX's, `overlap` AMX's and the zmm GEMM's, `stream`
-      // the streaming kinds'.
-      if (t.amx ? name == "mr" || name == "stream" : name == "exact" || (name == "overlap" && t.avx2)) continue;
+      // The AMX tile is 32 rows; `exact` and `overlap` are AMX's, `stream` the streaming kinds'.
+      if (t.amx ? name == "mr" || name == "stream" : name == "exact" || name == "overlap") continue;
       names += (names.empty() ? "" : ", ") + name;
       if (key == name) knob = &k;
     }
@@ -231,7 +230,8 @@ Expected<KernelSource> emit_lane(const Region& region, const EmitOptions& option
     head += simd::avx2_micro_kernel_source(tuning.mr);
   else if (gemm_kind || kind == RegionKind::attention)
     head += simd::micro_kernel_source(tuning.mr);
-  if (plan && !tuning.amx) head += simd::gemm_helpers_source(*plan, ld, tuning);
+  if (plan && !tuning.amx)
+    head += simd::edge_tiles_source(tuning.mr, tuning.avx2, simd::gemm_reads_in_place(*plan, ld, tuning));
   if (!tuning.avx2 && (gemm_kind || kind == RegionKind::attention || kind == RegionKind::pointwise))
     head += codegen::render_avx512_math_helpers(codegen::c99_avx512_dialect());
   if (kind == RegionKind::attention) head += simd::attention_pv_source(tuning);

@@ -9,6 +9,8 @@
 //     applied to the L1 tile (16 lanes at a time with masked edges when the chain renders
 //     over __m512) and the value is stored once. Row reductions run on the item's finished
 //     rows while they are still in L2.
+// Narrow GEMMs (N <= 256) read A and B where they lie instead (fusor_ukr_direct); edge panels
+// of any row count run as tiles of 8, 4, 2 and 1 rows, so row blocks are multiples of 4 rows.
 // Gated regions interleave Wg and Wu per panel ([16 gate columns | 16 up columns]) so one
 // micro-kernel call yields both products of the same output columns. The x86_amx lane runs
 // this loop nest with its own packing and micro-kernel (Tuning::amx, x86_amx_gemm.cpp), the
@@ -30,15 +32,13 @@ namespace {
 
 // fusor_ukr's zmm tile of `rows` rows as function `name`, A packed [kc][mr] (rows < mr: the
 // first rows of a panel, from a + r).
-// `packing`: fusor_ukr_packing, which also copies one row of B's next panels per k step
-// (fusor_fpack) and is fusor_ukr once they are all copied.
-std::string avx512_packed_ukr(int rows, int mr, const std::string& name, bool packing = false) {
+std::string avx512_packed_ukr(int rows, int mr, const std::string& name) {
   const std::string MR = std::to_string(mr);
   // `cin` (may be `c` itself, or NULL for zero) seeds the accumulators: a K block after the
   // first continues the sums in registers instead of merging partial tiles afterwards.
-  std::string s = "static void " + name + "(int64_t kc, const float* restrict a, const float* restrict b, " +
-                  (packing ? "fusor_fpack* u, " : "") + "float* c, int64_t ldc, const float* cin, int64_t ldin) {\n";
-  if (packing) s += "  if (u->k >= u->kc) {\n    fusor_ukr(kc, a, b, c, ldc, cin, ldin);\n    return;\n  }\n";
+  std::string s = "static void " + name +
+                  "(int64_t kc, const float* restrict a, const float* restrict b, float* c, int64_t ldc, "
+                  "const float* cin, int64_t ldin) {\n";
   for (int r = 0; r < rows; ++r)
     s += "  __m512 c" + std::to_string(r) + "_0 = _mm512_setzero_ps(), c" + std::to_string(r) +
          "_1 = _mm512_setzero_ps();\n";
@@ -59,7 +59,6 @@ std::string avx512_packed_ukr(int rows, int mr, const std::string& name, bool pa
     s += "    { const __m512 av = _mm512_set1_ps(ak[" + R + "]); c" + R + "_0 = _mm512_fmadd_ps(av, b0, c" + R +
          "_0); c" + R + "_1 = _mm512_fmadd_ps(av, b1, c" + R + "_1); }\n";
   }
-  if (packing) s += "    fusor_fpack_unit(u);\n";
   s += "  }\n";
   for (int r = 0; r < rows; ++r) {
     const std::string R = std::to_string(r);
@@ -141,46 +140,6 @@ std::string rows_dispatch(int mr, const std::string& dispatch, const std::string
 }
 
 } // namespace
-
-namespace {
-
-// fusor_fpack: B's next block of panels (pb .. pb + pn of this K block), packed one unit at a
-// time: one row k of one panel (32 floats; a gated panel's 16 + 16 from its two weights),
-// k outer so each row of B is read in one run across the block's panels. Between the
-// micro-kernel's FMAs the loads from L3 or memory overlap the products; packed alone, a
-// block's B costs 4-17 % of the call (most where few A panels share it).
-std::string fpack_source(const StorageLoad& ld) {
-  const std::string T = ld.type;
-  std::string s = "typedef struct {\n  const " + T + "* b;\n  const " + T + "* b2; /* gated: the up weight */\n";
-  s += "  float* bp;\n  int64_t n, pc, kc, pb, pn, k, pp;\n} fusor_fpack;\n";
-  s += "static inline __attribute__((always_inline)) void fusor_fpack_unit(fusor_fpack* u) {\n";
-  s += "  if (u->k >= u->kc) return;\n";
-  s += "  const int64_t cw = u->b2 ? 16 : 32, c0 = (u->pb + u->pp) * cw, w = u->n - c0 < cw ? u->n - c0 : cw;\n";
-  s += "  const " + T + "* row = u->b + (u->pc + u->k) * u->n + c0;\n";
-  s += "  const " + T + "* hi = u->b2 ? u->b2 + (u->pc + u->k) * u->n + c0 : row + 16;\n";
-  s += "  const int64_t wh = u->b2 ? w : w - 16;\n";
-  s += "  const __mmask16 m0 = w >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << w) - 1u);\n";
-  s += "  const __mmask16 m1 = wh >= 16 ? (__mmask16)0xFFFF : wh <= 0 ? (__mmask16)0 : (__mmask16)((1u << wh) - 1u);\n";
-  s += "  float* dk = u->bp + u->pp * u->kc * 32 + u->k * 32;\n";
-  s += "  _mm512_storeu_ps(dk, " + ld.load16("m0", "row") + ");\n";
-  s += "  _mm512_storeu_ps(dk + 16, " + ld.load16("m1", "hi") + ");\n";
-  s += "  if (++u->pp == u->pn) u->pp = 0, ++u->k;\n}\n";
-  s += "static void fusor_fpack_all(fusor_fpack* u) {\n  while (u->k < u->kc) fusor_fpack_unit(u);\n}\n\n";
-  return s;
-}
-
-} // namespace
-
-bool gemm_packs_b_between_products(const GemmPlan& plan, const Tuning& tuning) {
-  return !tuning.amx && !tuning.avx2 && tuning.overlap != 0 && !plan.b_trans;
-}
-
-std::string gemm_helpers_source(const GemmPlan& plan, const StorageLoad& ld, const Tuning& tuning) {
-  std::string s;
-  if (gemm_packs_b_between_products(plan, tuning))
-    s += fpack_source(ld) + avx512_packed_ukr(tuning.mr, tuning.mr, "fusor_ukr_packing", true);
-  return s + edge_tiles_source(tuning.mr, tuning.avx2, gemm_reads_in_place(plan, ld, tuning));
-}
 
 std::string edge_tiles_source(int mr, bool avx2, bool in_place) {
   std::string s;
@@ -366,7 +325,6 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
   const bool amx = tuning.amx;
   // AMX with f32 B [K, N]: B's next panels are packed between the tile products.
   const bool overlap = amx && tuning.overlap != 0 && !plan.b_trans;
-  const bool zmm_overlap = gemm_packs_b_between_products(plan, tuning);
   if (amx) s += "  if (!fusor_amx_permit()) return " + std::to_string(codegen::kKernelNoTileState) + ";\n";
   // K blocks of at most `kc`, evenly sized: fewer blocks mean fewer partial-sum round trips
   // through `out`, and a micro-panel streamed from L2 costs the micro-kernel little.
@@ -427,12 +385,9 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
     s += "    fusor_amx_config();\n";
   } else {
     // (Whole panels: the block's last one is padded to MR rows.)
-    s += "    float* restrict ap = (float*)fusor_scratch(1, sizeof(float) * (size_t)(fusor_cdiv(mc, FUSOR_MR) * "
-         "FUSOR_MR) "
-         "* (size_t)kcap);\n";
-    s += "    const size_t bpn = (size_t)NBP * (size_t)kcap * 32;\n";
-    s += std::string("    float* restrict bp = (float*)fusor_scratch(2, sizeof(float) * bpn") +
-         (zmm_overlap ? " * 2" : "") + ");\n";
+    s += "    const size_t apn = (size_t)(fusor_cdiv(mc, FUSOR_MR) * FUSOR_MR) * (size_t)kcap;\n";
+    s += "    float* restrict ap = (float*)fusor_scratch(1, sizeof(float) * apn);\n";
+    s += "    float* restrict bp = (float*)fusor_scratch(2, sizeof(float) * (size_t)NBP * (size_t)kcap * 32);\n";
   }
   s += "    float tile[FUSOR_MR * 32] __attribute__((aligned(64)));\n";
   s += "    if (!ap || !bp) {\n      #pragma omp atomic write\n      failed = 1;\n    }\n";
@@ -470,18 +425,6 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
   } else if (amx) {
     s += "          uint16_t* restrict bcur = bp;\n";
     s += amx_pack_b(plan, ld, "          ");
-  } else if (zmm_overlap) {
-    // The same alternation for the zmm tile (fusor_fpack). Read in place, each block packs only
-    // its edge panel, at once. (Packing across K blocks too, so that only an item's first
-    // block is packed alone, measured the same: 0.99-1.01x.)
-    const std::string b2 = gated ? "B2" : "NULL";
-    const std::string cond = in_place ? "pb == p_lo || direct" : "pb == p_lo";
-    const std::string skip = in_place ? " && (!direct || (pb + pn) * 32 > N)" : "";
-    s += "          float* restrict bcur = bp + (((pb - p_lo) / NBP) & 1) * bpn;\n";
-    s += "          if ((" + cond + ")" + skip + ") {\n" + pack_b(plan, ld, false, in_place) + "          }\n";
-    s += "          const int64_t pb2 = pb + NBP, pn2 = p_hi - pb2 < NBP ? p_hi - pb2 : NBP;\n";
-    s += "          fusor_fpack nx = {B, " + b2 + ", bp + (((pb2 - p_lo) / NBP) & 1) * bpn, N, pc, kc, pb2, pn2, " +
-         (in_place ? "pb2 < p_hi && !direct" : "pb2 < p_hi") + " ? 0 : kc, 0};\n";
   } else {
     s += "          float* restrict bcur = bp;\n";
     s += in_place ? "          if (!direct || (pb + pn) * 32 > N) {\n" + pack_b(plan, ld, tuning.avx2, true) +
@@ -501,10 +444,9 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
          "              const int64_t lacc = np * 32, accw = 32;\n";
   else
     s += "              float* acc = out + r0 * N + c0;\n              const int64_t lacc = N, accw = cols;\n";
-  const std::string ukr = overlap       ? "fusor_amx_ukr_packing(kcp, ain, kcp * 32, bin, kcp * 32, &nx, "
-                          : amx         ? "fusor_amx_ukr(kcp, ain, kcp * 32, bin, kcp * 32, "
-                          : zmm_overlap ? "fusor_ukr_packing(kc, ain, bin, &nx, "
-                                        : "fusor_ukr(kc, ain, bin, ";
+  const std::string ukr = overlap ? "fusor_amx_ukr_packing(kcp, ain, kcp * 32, bin, kcp * 32, &nx, "
+                          : amx   ? "fusor_amx_ukr(kcp, ain, kcp * 32, bin, kcp * 32, "
+                                  : "fusor_ukr(kc, ain, bin, ";
   if (amx)
     s += "              const uint16_t* ain = ap + q * FUSOR_NSA * kcp * 32;\n"
          "              const uint16_t* bin = bcur + (p - pb) * FUSOR_NSB * kcp * 32;\n";
@@ -577,7 +519,6 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
   s += vector_epilogue ? "                  _mm512_mask_storeu_ps(o + j, m, v);\n" : "                  o[j] = v;\n";
   s += "                }\n              }\n            }\n";
   if (overlap) s += "          fusor_bpack_all(&nx);\n";
-  if (zmm_overlap) s += "          fusor_fpack_all(&nx);\n";
   s += "        }\n      }\n";
   if (plan.reduction) {
     // The block's rows are final after its last K block when all panels are this item's.

@@ -16,6 +16,8 @@
 // this loop nest with its own packing and micro-kernel (Tuning::amx, x86_amx_gemm.cpp), the
 // x86_avx2 lane with an AVX2 micro-kernel, scalar packing and the float-loop epilogue
 // (Tuning::avx2, x86_avx2_gemm.cpp).
+#include <functional>
+
 #include "codegen/abi.hpp"
 #include "codegen/c_renderer.hpp"
 #include "targets/x86/x86_simd_common.hpp"
@@ -30,15 +32,14 @@ std::string omp_parallel(const std::string& work, const std::string& rest) {
 
 namespace {
 
-// fusor_ukr's zmm tile of `rows` rows as function `name`, A packed [kc][mr] (rows < mr: the
-// first rows of a panel, from a + r).
-std::string avx512_packed_ukr(int rows, int mr, const std::string& name) {
-  const std::string MR = std::to_string(mr);
-  // `cin` (may be `c` itself, or NULL for zero) seeds the accumulators: a K block after the
-  // first continues the sums in registers instead of merging partial tiles afterwards.
-  std::string s = "static void " + name +
-                  "(int64_t kc, const float* restrict a, const float* restrict b, float* c, int64_t ldc, "
-                  "const float* cin, int64_t ldin) {\n";
+// A zmm register tile of `rows` rows as function `name(kc, <params>, c, ldc, cin, ldin)`: 2 x rows
+// accumulators seeded from cin (NULL: zero; it may be c), kc steps of `step_head` (loads b0 and
+// b1, B's 32 columns at k) and row r's FMAs with A's value `a_at(r)`, then `step_tail`.
+std::string avx512_tile(int rows, const std::string& name, const std::string& params, const std::string& setup,
+                        const std::string& step_head, const std::function<std::string(int)>& a_at,
+                        const std::string& step_tail) {
+  std::string s =
+      "static void " + name + "(int64_t kc, " + params + ", float* c, int64_t ldc, const float* cin, int64_t ldin) {\n";
   for (int r = 0; r < rows; ++r)
     s += "  __m512 c" + std::to_string(r) + "_0 = _mm512_setzero_ps(), c" + std::to_string(r) +
          "_1 = _mm512_setzero_ps();\n";
@@ -48,24 +49,48 @@ std::string avx512_packed_ukr(int rows, int mr, const std::string& name) {
     s += "    c" + R + "_0 = _mm512_loadu_ps(cin + " + R + " * ldin); c" + R + "_1 = _mm512_loadu_ps(cin + " + R +
          " * ldin + 16);\n";
   }
-  s += "  }\n";
-  s += "  #pragma GCC unroll 4\n";
-  s += "  for (int64_t k = 0; k < kc; ++k) {\n";
-  s += "    const __m512 b0 = _mm512_loadu_ps(b + k * 32), b1 = _mm512_loadu_ps(b + k * 32 + 16);\n";
-  s += "    const float* restrict ak = a + k * " + MR + ";\n";
-  s += "    _mm_prefetch((const char*)(ak + 16 * " + MR + "), _MM_HINT_T0);\n";
+  s += "  }\n" + setup + "  #pragma GCC unroll 4\n  for (int64_t k = 0; k < kc; ++k) {\n" + step_head;
   for (int r = 0; r < rows; ++r) {
     const std::string R = std::to_string(r);
-    s += "    { const __m512 av = _mm512_set1_ps(ak[" + R + "]); c" + R + "_0 = _mm512_fmadd_ps(av, b0, c" + R +
+    s += "    { const __m512 av = _mm512_set1_ps(" + a_at(r) + "); c" + R + "_0 = _mm512_fmadd_ps(av, b0, c" + R +
          "_0); c" + R + "_1 = _mm512_fmadd_ps(av, b1, c" + R + "_1); }\n";
   }
-  s += "  }\n";
+  s += step_tail + "  }\n";
   for (int r = 0; r < rows; ++r) {
     const std::string R = std::to_string(r);
     s += "  _mm512_storeu_ps(c + " + R + " * ldc, c" + R + "_0); _mm512_storeu_ps(c + " + R + " * ldc + 16, c" + R +
          "_1);\n";
   }
   return s + "}\n\n";
+}
+
+// fusor_ukr's tile of `rows` rows, A packed [kc][mr] (rows < mr: the first rows of a panel,
+// from a + r), B packed [kc][32].
+std::string avx512_packed_ukr(int rows, int mr, const std::string& name) {
+  const std::string MR = std::to_string(mr);
+  return avx512_tile(
+      rows, name, "const float* restrict a, const float* restrict b", "",
+      "    const __m512 b0 = _mm512_loadu_ps(b + k * 32), b1 = _mm512_loadu_ps(b + k * 32 + 16);\n"
+      "    const float* restrict ak = a + k * " +
+          MR + ";\n    _mm_prefetch((const char*)(ak + 16 * " + MR + "), _MM_HINT_T0);\n",
+      [](int r) { return "ak[" + std::to_string(r) + "]"; }, "");
+}
+
+// fusor_ukr_direct's tile of `rows` rows. The rows' addresses are three bases five rows apart
+// plus 0, lda, 2 lda, 3 lda, 4 lda in bytes (x86 addressing's base + index * scale), so the
+// fourteen A streams need five registers, not fourteen.
+std::string avx512_direct_ukr(int rows, const std::string& name) {
+  std::string setup = "  const int64_t s1 = lda * 4, s3 = 3 * s1;\n  (void)s1, (void)s3;\n", tail;
+  for (int base = 0; base < rows; base += 5) {
+    const std::string B = std::to_string(base);
+    setup += "  const char* p" + B + " = (const char*)(a + " + B + " * lda);\n";
+    tail += "    p" + B + " += 4;\n";
+  }
+  static const char* const kOffset[] = {"0", "s1", "2 * s1", "s3", "4 * s1"};
+  return avx512_tile(
+      rows, name, "const float* restrict a, int64_t lda, const float* restrict b, int64_t ldb", setup,
+      "    const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);\n    b += ldb;\n",
+      [](int r) { return "*(const float*)(p" + std::to_string(r / 5 * 5) + " + " + kOffset[r % 5] + ")"; }, tail);
 }
 
 } // namespace
@@ -74,48 +99,6 @@ std::string micro_kernel_source(int mr) {
   return "#define FUSOR_MR " + std::to_string(mr) + "\n" + avx512_packed_ukr(mr, mr, "fusor_ukr") +
          transpose16_source();
 }
-
-namespace {
-
-// fusor_ukr_direct's zmm tile of `rows` rows as function `name`. The rows' addresses are
-// three bases five rows apart plus 0, lda, 2 lda, 3 lda, 4 lda in bytes (x86 addressing's
-// base + index * scale), so the fourteen A streams need five registers, not fourteen.
-std::string avx512_direct_ukr(int rows, const std::string& name) {
-  std::string s = "static void " + name +
-                  "(int64_t kc, const float* restrict a, int64_t lda, const float* restrict b, int64_t ldb, float* c, "
-                  "int64_t ldc, const float* cin, int64_t ldin) {\n";
-  for (int r = 0; r < rows; ++r)
-    s += "  __m512 c" + std::to_string(r) + "_0 = _mm512_setzero_ps(), c" + std::to_string(r) +
-         "_1 = _mm512_setzero_ps();\n";
-  s += "  if (cin) {\n";
-  for (int r = 0; r < rows; ++r) {
-    const std::string R = std::to_string(r);
-    s += "    c" + R + "_0 = _mm512_loadu_ps(cin + " + R + " * ldin); c" + R + "_1 = _mm512_loadu_ps(cin + " + R +
-         " * ldin + 16);\n";
-  }
-  s += "  }\n  const int64_t s1 = lda * 4, s3 = 3 * s1;\n  (void)s1, (void)s3;\n";
-  for (int base = 0; base < rows; base += 5)
-    s += "  const char* p" + std::to_string(base) + " = (const char*)(a + " + std::to_string(base) + " * lda);\n";
-  s += "  #pragma GCC unroll 4\n  for (int64_t k = 0; k < kc; ++k) {\n";
-  s += "    const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);\n    b += ldb;\n";
-  static const char* const kOffset[] = {"0", "s1", "2 * s1", "s3", "4 * s1"};
-  for (int r = 0; r < rows; ++r) {
-    const std::string R = std::to_string(r);
-    s += "    { const __m512 av = _mm512_set1_ps(*(const float*)(p" + std::to_string(r / 5 * 5) + " + " +
-         kOffset[r % 5] + ")); c" + R + "_0 = _mm512_fmadd_ps(av, b0, c" + R + "_0); c" + R +
-         "_1 = _mm512_fmadd_ps(av, b1, c" + R + "_1); }\n";
-  }
-  for (int base = 0; base < rows; base += 5) s += "    p" + std::to_string(base) + " += 4;\n";
-  s += "  }\n";
-  for (int r = 0; r < rows; ++r) {
-    const std::string R = std::to_string(r);
-    s += "  _mm512_storeu_ps(c + " + R + " * ldc, c" + R + "_0); _mm512_storeu_ps(c + " + R + " * ldc + 16, c" + R +
-         "_1);\n";
-  }
-  return s + "}\n\n";
-}
-
-} // namespace
 
 namespace {
 

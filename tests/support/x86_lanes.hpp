@@ -99,18 +99,19 @@ inline ProblemShape gemm(std::int64_t m, std::int64_t n, std::int64_t k) {
 }
 
 // The SIMD lanes read narrow GEMMs' A and B where they lie (N <= 256, f32, row-major, no
-// prologue, one product): these regions take that path, and these shapes cover edge panels
-// of every height, a partial last column panel, N = 256 / 257 (either side of the switch),
-// and K in several blocks (the sums continued in the direct tile's registers).
+// prologue, one product) and stream B for fewer than 8 rows: these regions take those paths,
+// and these shapes cover edge panels of every height, a partial last column panel, N = 256 /
+// 257 (either side of the switch), K in several blocks (the sums continued in the direct
+// tile's registers), and 1-7 rows over wide N with K not a multiple of the 8-row step.
 inline constexpr const char* kInPlaceGemmRegions[] = {
     "fused { epilogue = [bias]; residual = true }", "fused { epilogue = [bias, gelu] }",
     "fused { epilogue = [bias]; reduction = layer_norm }", "matmul { }"};
 inline constexpr const char* kPackedGemmRegions[] = {"fused { prologue = [relu]; epilogue = [bias] }",
                                                      "matmul { transpose_b = true }", "matmul { storage = f16 }",
                                                      "gated { gate_act = silu }"};
-inline const ProblemShape kInPlaceShapes[] = {gemm(1, 1, 1),     gemm(7, 33, 129),    gemm(30, 32, 17),
-                                              gemm(64, 64, 256), gemm(65, 100, 1600), gemm(129, 256, 70),
-                                              gemm(14, 31, 5),   gemm(61, 257, 40)};
+inline const ProblemShape kInPlaceShapes[] = {
+    gemm(1, 1, 1),   gemm(7, 33, 129),  gemm(30, 32, 17),  gemm(64, 64, 256), gemm(65, 100, 1600), gemm(129, 256, 70),
+    gemm(14, 31, 5), gemm(61, 257, 40), gemm(1, 300, 129), gemm(7, 1000, 9),  gemm(4, 4099, 20),   gemm(2, 700, 1600)};
 
 // dv < 0: Dv = D.
 inline ProblemShape attention_dims(std::int64_t batch, std::int64_t heads, std::int64_t kv_heads, std::int64_t m,

@@ -170,14 +170,18 @@ std::string skinny_gemm(const GemmPlan& plan, const StorageLoad& ld) {
   for (int t = 0; t < 8; ++t)
     s += std::string(t ? ", " : "") + "a" + std::to_string(t) + " = am[" + std::to_string(t) + "]";
   s += ";\n              #pragma omp simd\n              for (int64_t j = jc; j < je; ++j) {\n";
-  s += "                float v = kb == 0 ? 0.0f : o[j];\n";
-  for (int t = 0; t < 8; ++t)
-    s += "                v += a" + std::to_string(t) + " * B[(kb + " + std::to_string(t) + ") * N + j];\n";
-  s += "                o[j] = v;\n              }\n            } else\n";
+  // The step's eight products summed in pairs, then added to the running sum: a chain of K / 8
+  // additions instead of K (the bench's 1 x 4096 x 4096: max error 1.3e-4 -> 5.0e-5, oneDNN's 4.2e-5).
+  const auto prod = [](int t) { return "a" + std::to_string(t) + " * B[(kb + " + std::to_string(t) + ") * N + j]"; };
+  for (int t = 0; t < 8; t += 2)
+    s += "                const float s" + std::to_string(t) + " = " + prod(t) + " + " + prod(t + 1) + ";\n";
+  s += "                o[j] = (kb == 0 ? 0.0f : o[j]) + ((s0 + s2) + (s4 + s6));\n";
+  s += "              }\n            } else\n";
   s += "              for (int64_t t = 0; kb + t < K; ++t) {\n                const float at = am[t];\n";
-  s += "                #pragma omp simd\n                for (int64_t j = jc; j < je; ++j) o[j] = (kb + t == 0 ? 0.0f "
-       ": "
-       "o[j]) + at * B[(kb + t) * N + j];\n              }\n";
+  s += "                #pragma omp simd\n";
+  s += "                for (int64_t j = jc; j < je; ++j) o[j] = (kb + t == 0 ? 0.0f : o[j]) + at * B[(kb + t) * N + "
+       "j];\n";
+  s += "              }\n";
   s += "          }\n        }\n";
   // The epilogue from the op table on the thread's columns (K = 0: the sums are zero).
   const bool has_bias = std::find(plan.epilogue.begin(), plan.epilogue.end(), Op::bias) != plan.epilogue.end();

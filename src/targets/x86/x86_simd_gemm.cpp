@@ -9,8 +9,9 @@
 //     applied to the L1 tile (16 lanes at a time with masked edges when the chain renders
 //     over __m512) and the value is stored once. Row reductions run on the item's finished
 //     rows while they are still in L2.
-// Narrow GEMMs (N <= 256) read A and B where they lie instead (fusor_ukr_direct); edge panels
-// of any row count run as tiles of 8, 4, 2 and 1 rows, so row blocks are multiples of 4 rows.
+// Narrow GEMMs (N <= 256) read A and B where they lie instead (fusor_ukr_direct), and fewer
+// than 8 rows stream B unpacked (skinny_gemm); edge panels of any row count run as tiles of 8,
+// 4, 2 and 1 rows, so row blocks are multiples of 4 rows.
 // Gated regions interleave Wg and Wu per panel ([16 gate columns | 16 up columns]) so one
 // micro-kernel call yields both products of the same output columns. The x86_amx lane runs
 // this loop nest with its own packing and micro-kernel (Tuning::amx, x86_amx_gemm.cpp), the

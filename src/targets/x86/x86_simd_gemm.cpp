@@ -146,6 +146,13 @@ std::string edge_tiles_source(int mr, bool avx2, bool in_place) {
 
 namespace {
 
+// A loop normalising rows [lo, hi) of `out` with the plan's row reduction.
+std::string reduce_rows(const GemmPlan& plan, const std::string& lo, const std::string& hi, const std::string& I) {
+  return I + "for (int64_t i = " + lo + "; i < " + hi + "; ++i) {\n" + I + "  float* row = out + i * N;\n" +
+         row_norm_simd(*plan.reduction, "row", "row", "N", codegen::float_literal(plan.eps), "", "", I + "  ") + I +
+         "}\n";
+}
+
 // Fewer than 8 rows (a decoder's few tokens) and N > 256: B is streamed, not packed. A GEMM of so few rows
 // reads each element of B once, so its time is B's trip from memory; packed 32 columns at a
 // time, B's rows are read 512 bytes per 4 KiB page and the packing is a second pass. Here
@@ -193,10 +200,7 @@ std::string skinny_gemm(const GemmPlan& plan, const StorageLoad& ld) {
                                      plan.residual ? ld.load("res", "m * N + j") : "", "          ");
   s += "          o[j] = v;\n        }\n      }\n";
   if (plan.reduction) {
-    s += "      #pragma omp barrier\n      #pragma omp for schedule(static)\n";
-    s += "      for (int64_t i = 0; i < M; ++i) {\n        float* row = out + i * N;\n";
-    s += row_norm_simd(*plan.reduction, "row", "row", "N", codegen::float_literal(plan.eps), "", "", "        ");
-    s += "      }\n";
+    s += "      #pragma omp barrier\n      #pragma omp for schedule(static)\n" + reduce_rows(plan, "0", "M", "      ");
   }
   return s + "    }\n    return 0;\n  }\n";
 }
@@ -565,17 +569,12 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
   s += "        }\n      }\n";
   if (plan.reduction) {
     // The block's rows are final after its last K block when all panels are this item's.
-    s += "      if (npc == 1)\n        for (int64_t i = i0; i < i0 + mrows; ++i) {\n";
-    s += "          float* row = out + i * N;\n";
-    s += row_norm_simd(*plan.reduction, "row", "row", "N", codegen::float_literal(plan.eps), "", "", "          ");
-    s += "        }\n";
+    s += "      if (npc == 1)\n" + reduce_rows(plan, "i0", "i0 + mrows", "        ");
   }
   s += "    }\n";
   if (plan.reduction) {
-    s += "    if (npc > 1) {\n      #pragma omp for schedule(static)\n";
-    s += "      for (int64_t i = 0; i < M; ++i) {\n        float* row = out + i * N;\n";
-    s += row_norm_simd(*plan.reduction, "row", "row", "N", codegen::float_literal(plan.eps), "", "", "        ");
-    s += "      }\n    }\n";
+    s += "    if (npc > 1) {\n      #pragma omp for schedule(static)\n" + reduce_rows(plan, "0", "M", "      ") +
+         "    }\n";
   }
   if (amx) s += "    _tile_release();\n"; // (no tile state: less to save on a switch)
   s += "  }\n";

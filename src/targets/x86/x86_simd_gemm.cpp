@@ -302,7 +302,7 @@ std::string pack_b(const GemmPlan& plan, const StorageLoad& ld, bool avx2, bool 
   std::string s;
   if (plan.b_trans) {
     s += "          for (int64_t pp = 0; pp < pn; ++pp) {\n";
-    s += "            float* restrict dst = bcur + pp * kc * 32;\n";
+    s += "            float* restrict dst = bp + pp * kc * 32;\n";
     s += "            const int64_t c0 = (pb + pp) * 32, w = N - c0 < 32 ? N - c0 : 32;\n";
     s += "            for (int64_t j = 0; j < w; ++j)\n";
     s += "              for (int64_t k = 0; k < kc; ++k) dst[k * 32 + j] = " + ld.load("B", "(c0 + j) * K + pc + k") +
@@ -315,7 +315,7 @@ std::string pack_b(const GemmPlan& plan, const StorageLoad& ld, bool avx2, bool 
     s += "            const " + T + "* restrict src = B + (pc + k) * N;\n";
     if (gated) s += "            const " + T + "* restrict src2 = B2 + (pc + k) * N;\n";
     s += "            for (int64_t pp = 0; pp < pn; ++pp) {\n";
-    s += "              float* restrict dk = bcur + pp * kc * 32 + k * 32;\n";
+    s += "              float* restrict dk = bp + pp * kc * 32 + k * 32;\n";
     s += "              const int64_t c0 = (pb + pp) * " + CW + ", w = N - c0 < " + CW + " ? N - c0 : " + CW + ";\n";
     // Full panels copy whole vectors (f32 spelled out: GCC turns the copy loop into a
     // memcpy call per row); other storage converts with a constant trip count.
@@ -473,7 +473,6 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
     s += "          uint16_t* restrict bcur = bp;\n";
     s += amx_pack_b(plan, ld, "          ");
   } else {
-    s += "          float* restrict bcur = bp;\n";
     s += in_place ? "          if (!direct || (pb + pn) * 32 > N) {\n" + pack_b(plan, ld, tuning.avx2, true) +
                         "          }\n"
                   : pack_b(plan, ld, tuning.avx2, false);
@@ -499,7 +498,7 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
          "              const uint16_t* bin = bcur + (p - pb) * FUSOR_NSB * kcp * 32;\n";
   else
     s += "              const float* ain = ap + q * kc * FUSOR_MR;\n"
-         "              const float* bin = bcur + (p - pb) * kc * 32;\n";
+         "              const float* bin = bp + (p - pb) * kc * 32;\n";
   // In place: A's rows from the operand; B's whole panels too (an edge panel was packed).
   if (in_place)
     s += "              const float* ad = A + r0 * K + pc;\n"

@@ -95,25 +95,17 @@ TEST(X86Amx, RejectsTheZmmTileKnobs) { // emission needs no AMX on the host
 
 TEST(X86Amx, OracleVerifiesEveryGemmKind) {
   REQUIRE_AMX();
-  const char* regions[] = {
-      "fused { epilogue = [bias, gelu] }",
-      "fused { prologue = [relu]; epilogue = [bias, gelu_erf, sigmoid]; residual = true; a_layout = col_major }",
-      "fused { prologue = [gelu, tanh]; epilogue = [relu, bias, silu]; b_layout = col_major }",
-      "fused { epilogue = [bias]; reduction = softmax }",
-      "fused { epilogue = [bias]; reduction = rmsnorm }",
-      "fused { epilogue = [bias, relu]; reduction = layer_norm; storage = bf16 }",
-      "fused { epilogue = [bias, relu]; residual = true; storage = f16 }",
-      "fused { prologue = [silu]; epilogue = [bias]; storage = bf16 }",
-      "matmul { transpose_a = true; transpose_b = true }",
-      "matmul { storage = bf16 }",
-      "matmul { storage = f16; transpose_b = true }",
-      "gated { gate_act = silu }",
-      "gated { gate_act = gelu; storage = bf16 }",
+  // The SIMD lanes' GEMM-rooted regions, and storages only the tiles split differently.
+  const auto gemm_rooted = [](const Region& r) {
+    return region_kind(r) != RegionKind::attention && amx_lane(region_kind(r)) != nullptr;
   };
-  for (const char* text : regions) expect_verified(region_of(text));
-  for (const char* text : {"fused { epilogue = [bias, gelu]; residual = true }", "gated { gate_act = silu }",
-                           "fused { epilogue = [bias]; reduction = softmax }"})
-    expect_verified(region_of(text), kSmallBlocks);
+  for (const char* text : testing::kEveryKindRegions)
+    if (gemm_rooted(region_of(text))) expect_verified(region_of(text));
+  for (const char* text : {"fused { prologue = [silu]; epilogue = [bias]; storage = bf16 }",
+                           "matmul { storage = f16; transpose_b = true }"})
+    expect_verified(region_of(text));
+  for (const char* text : testing::kSmallBlockRegions)
+    if (gemm_rooted(region_of(text))) expect_verified(region_of(text), kSmallBlocks);
 }
 
 TEST(X86Amx, RaggedShapesAndKBlocks) {

@@ -195,6 +195,11 @@ TEST(X86Avx2, NarrowGemmReadsOperandsInPlace) {
   }
 }
 
+TEST(X86Avx2, KBlocksSumFromZero) {
+  REQUIRE_AVX2();
+  testing::expect_k_blocks_sum_from_zero("x86_avx2");
+}
+
 // Attention: one or many online-softmax steps (nb), a causal diagonal inside a later key
 // block, query blocks of 4..6 rows with ragged last ones, batch, heads and GQA, Dv not a
 // multiple of the 32-column panel, transposed operands, 16-bit storage and a negative scale

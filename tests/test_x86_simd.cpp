@@ -202,6 +202,11 @@ TEST(X86Simd, NarrowGemmReadsOperandsInPlace) {
     EXPECT_EQ(source(text).find("fusor_ukr_direct("), std::string::npos) << text;
 }
 
+TEST(X86Simd, KBlocksSumFromZero) {
+  REQUIRE_AVX512();
+  testing::expect_k_blocks_sum_from_zero("x86_avx512");
+}
+
 // The GEMM epilogue runs 16 lanes at a time when every op of the chain renders over __m512
 // (16-bit bias and residual widened as they load); selects (relu) keep the
 // compiler-vectorised float loop. Either way the oracle passes the kernel.

@@ -18,7 +18,8 @@ namespace {
 std::string avx2_ukr(int mr, const std::string& name, const std::function<std::string(const std::string&)>& a_at,
                      const std::string& ldb = "32", bool ld_params = false) {
   // fusor_ukr's contract (x86_simd_common.hpp): c[MR][32] = cin + a^T b, cin may be c (each
-  // half reads its own columns of cin before it writes them) or NULL for zero.
+  // half reads its own columns of cin before it writes them) or NULL for zero. As the zmm
+  // tile, the accumulators start from zero and cin is added at the end (a two-level sum over K).
   std::string s = "static void " + name + "(int64_t kc, const float* restrict a, " +
                   (ld_params ? "int64_t lda, " : "") + "const float* restrict b, " +
                   (ld_params ? "int64_t ldb, " : "") + "float* c, int64_t ldc, const float* cin, int64_t ldin) {\n";
@@ -26,13 +27,6 @@ std::string avx2_ukr(int mr, const std::string& name, const std::function<std::s
   for (int r = 0; r < mr; ++r)
     s += "    __m256 c" + std::to_string(r) + "_0 = _mm256_setzero_ps(), c" + std::to_string(r) +
          "_1 = _mm256_setzero_ps();\n";
-  s += "    if (cin) {\n";
-  for (int r = 0; r < mr; ++r) {
-    const std::string R = std::to_string(r);
-    s += "      c" + R + "_0 = _mm256_loadu_ps(cin + " + R + " * ldin + h); c" + R + "_1 = _mm256_loadu_ps(cin + " + R +
-         " * ldin + h + 8);\n";
-  }
-  s += "    }\n";
   s += "    #pragma GCC unroll 4\n";
   s += "    for (int64_t k = 0; k < kc; ++k) {\n";
   s += "      const __m256 b0 = _mm256_loadu_ps(b + k * " + ldb + " + h), b1 = _mm256_loadu_ps(b + k * " + ldb +
@@ -41,6 +35,12 @@ std::string avx2_ukr(int mr, const std::string& name, const std::function<std::s
     const std::string R = std::to_string(r);
     s += "      { const __m256 av = _mm256_broadcast_ss(" + a_at(R) + "); c" + R + "_0 = _mm256_fmadd_ps(av, b0, c" +
          R + "_0); c" + R + "_1 = _mm256_fmadd_ps(av, b1, c" + R + "_1); }\n";
+  }
+  s += "    }\n    if (cin) {\n";
+  for (int r = 0; r < mr; ++r) {
+    const std::string R = std::to_string(r);
+    s += "      c" + R + "_0 = _mm256_add_ps(c" + R + "_0, _mm256_loadu_ps(cin + " + R + " * ldin + h)); c" + R +
+         "_1 = _mm256_add_ps(c" + R + "_1, _mm256_loadu_ps(cin + " + R + " * ldin + h + 8));\n";
   }
   s += "    }\n";
   for (int r = 0; r < mr; ++r) {

@@ -173,6 +173,8 @@ TEST(X86Avx2, RaggedShapesAndKBlocks) {
   const Region red = region_of("fused { epilogue = [bias]; reduction = rmsnorm }");
   expect_matches_reference(red, gemm(7, 4096, 17), 6, 0.5);
   expect_matches_reference(red, gemm(17, 1000, 129), 7, 0.5, kSmallBlocks);
+  // B's packing with its prefetches off and 3 rows ahead (the last rows of every K block have none).
+  for (const char* ahead : {"0", "3"}) expect_matches_reference(region, gemm(129, 300, 129), 14, 0.5, {{"bpf", ahead}});
 }
 
 // Narrow GEMMs read A and B in place (x86_simd's NarrowGemmReadsOperandsInPlace): the ymm

@@ -158,6 +158,12 @@ TEST(X86Simd, FusedRaggedShapes) {
     expect_matches_reference(r, gemm(17, 1000, 129), 7, 0.5, kSmallBlocks);
   }
   expect_matches_reference(region_of("fused { epilogue = [bias, gelu] }"), gemm(129, 4096, 129), 8, 0.3);
+  // B's packing with its prefetches off and 3 rows ahead (the last rows of every K block have none).
+  for (const char* ahead : {"0", "3"}) {
+    expect_matches_reference(region, gemm(129, 300, 129), 14, 0.5, {{"bpf", ahead}, {"kc", "40"}});
+    expect_matches_reference(region_of("gated { gate_act = silu; storage = bf16 }"), gemm(30, 300, 50), 15, 0.3,
+                             {{"bpf", ahead}});
+  }
 }
 
 TEST(X86Simd, MatmulAndGatedRagged) {

@@ -60,13 +60,15 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
                                       {"serial", &simd::Tuning::serial, 0, 1 << 30},
                                       {"exact", &simd::Tuning::exact, 0, 1},
                                       {"overlap", &simd::Tuning::overlap, 0, 1},
-                                      {"stream", &simd::Tuning::stream, 0, 2}};
+                                      {"stream", &simd::Tuning::stream, 0, 2},
+                                      {"bpf", &simd::Tuning::bpf, 0, 256}};
     const Knob* knob = nullptr;
     std::string names;
     for (const Knob& k : kKnobs) {
       const std::string name = k.name;
-      // The AMX tile is 32 rows; `exact` and `overlap` are AMX's, `stream` the streaming kinds'.
-      if (t.amx ? name == "mr" || name == "stream" : name == "exact" || name == "overlap") continue;
+      // The AMX tile is 32 rows; `exact` and `overlap` are AMX's, `stream` the streaming kinds',
+      // `bpf` the zmm and ymm tiles' B packing (AMX's packing prefetches its own way).
+      if (t.amx ? name == "mr" || name == "stream" || name == "bpf" : name == "exact" || name == "overlap") continue;
       names += (names.empty() ? "" : ", ") + name;
       if (key == name) knob = &k;
     }

@@ -292,7 +292,7 @@ std::string pack_a(const GemmPlan& plan, const StorageLoad& ld, bool avx2) {
 
 // Packs panels pb .. pb + pn of B (storage -> f32, layout; columns past N are zero).
 // With `in_place`, whole panels are left to be read where they lie when `direct` holds.
-std::string pack_b(const GemmPlan& plan, const StorageLoad& ld, bool avx2, bool in_place) {
+std::string pack_b(const GemmPlan& plan, const StorageLoad& ld, bool avx2, bool in_place, int ahead) {
   const std::string T = ld.type;
   // 16 f32 from src to dst, whole vectors.
   const auto copy16 = [avx2](const std::string& dst, const std::string& src) {
@@ -313,10 +313,21 @@ std::string pack_b(const GemmPlan& plan, const StorageLoad& ld, bool avx2, bool 
     s += "            for (int64_t k = 0; k < kc; ++k)\n";
     s += "              for (int64_t j = w; j < 32; ++j) dst[k * 32 + j] = 0.0f;\n          }\n";
   } else {
-    // A [K, N] B is read row by row (k outer), each row's columns of the block in one run.
+    // A [K, N] B is read row by row (k outer), each row's columns of the block in one run. Rows
+    // N floats apart land on a new page nearly every row, where the hardware prefetchers start
+    // over: the run `ahead` rows ahead is prefetched (Tuning::bpf).
     s += "          for (int64_t k = 0; k < kc; ++k) {\n";
     s += "            const " + T + "* restrict src = B + (pc + k) * N;\n";
     if (gated) s += "            const " + T + "* restrict src2 = B2 + (pc + k) * N;\n";
+    if (ahead > 0) {
+      const std::string A = std::to_string(ahead);
+      s += "            if (k + " + A + " < kc)\n";
+      s += "              for (int64_t o = 0; o < pn * " + CW + " * (int64_t)sizeof(" + T + "); o += 64) {\n";
+      s += "                _mm_prefetch((const char*)(src + " + A + " * N + pb * " + CW + ") + o, _MM_HINT_T0);\n";
+      if (gated)
+        s += "                _mm_prefetch((const char*)(src2 + " + A + " * N + pb * " + CW + ") + o, _MM_HINT_T0);\n";
+      s += "              }\n";
+    }
     s += "            for (int64_t pp = 0; pp < pn; ++pp) {\n";
     s += "              float* restrict dk = bp + pp * kc * 32 + k * 32;\n";
     s += "              const int64_t c0 = (pb + pp) * " + CW + ", w = N - c0 < " + CW + " ? N - c0 : " + CW + ";\n";
@@ -476,9 +487,9 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
     s += "          uint16_t* restrict bcur = bp;\n";
     s += amx_pack_b(plan, ld, "          ");
   } else {
-    s += in_place ? "          if (!direct || (pb + pn) * 32 > N) {\n" + pack_b(plan, ld, tuning.avx2, true) +
-                        "          }\n"
-                  : pack_b(plan, ld, tuning.avx2, false);
+    s += in_place ? "          if (!direct || (pb + pn) * 32 > N) {\n" +
+                        pack_b(plan, ld, tuning.avx2, true, tuning.bpf) + "          }\n"
+                  : pack_b(plan, ld, tuning.avx2, false, tuning.bpf);
   }
   // ---- every packed panel x A panel: the micro-kernel, then the merge or the epilogue.
   s += "          for (int64_t p = pb; p < pb + pn; ++p)\n            for (int64_t q = 0; q < nq; ++q) {\n";

@@ -173,6 +173,9 @@ TEST(X86Avx2, RaggedShapesAndKBlocks) {
   const Region red = region_of("fused { epilogue = [bias]; reduction = rmsnorm }");
   expect_matches_reference(red, gemm(7, 4096, 17), 6, 0.5);
   expect_matches_reference(red, gemm(17, 1000, 129), 7, 0.5, kSmallBlocks);
+  // Sub-blocks off (sums restart at K blocks only) and of 7 steps (ragged in every K block).
+  for (const char* ksub : {"0", "7"})
+    expect_matches_reference(region, gemm(29, 300, 129), 16, 0.5, {{"ksub", ksub}, {"kc", "40"}});
   // B's packing with its prefetches off and 3 rows ahead (the last rows of every K block have none).
   for (const char* ahead : {"0", "3"}) expect_matches_reference(region, gemm(129, 300, 129), 14, 0.5, {{"bpf", ahead}});
 }

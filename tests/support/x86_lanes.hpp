@@ -116,33 +116,37 @@ inline const ProblemShape kInPlaceShapes[] = {
     gemm(1, 1, 1),   gemm(7, 33, 129),  gemm(30, 32, 17),  gemm(64, 64, 256), gemm(65, 100, 1600), gemm(129, 256, 70),
     gemm(14, 31, 5), gemm(61, 257, 40), gemm(1, 300, 129), gemm(7, 1000, 9),  gemm(4, 4099, 20),   gemm(2, 700, 1600)};
 
-// A lane's GEMM tile starts each K block from zero and adds the running sum at its end, so its
-// rounding error grows with the block's length, not K's. Checked where a single chain loses
-// everything: A is all ones and each column of B is 1 then K - 1 values of 2^-24 (half an ulp of
-// 1), each of which rounds away when added alone to a sum near 1. Every output is exactly
-// 1 + (K - 1) 2^-24; K blocks of 256 lose at most the first block's 255 2^-24 (one chain from
-// the start: all 4095 of them). N = 64 reads the operands in place, N = 300 packs them.
+// A lane's GEMM tile starts from zero every 256 K steps (a sub-block; also at each K block) and
+// adds the sums so far at its end, so its rounding error grows with the sub-block's length, not
+// the K block's or K's. Checked where a single chain loses everything: A is all ones and each
+// column of B is 1 then K - 1 values of 2^-24 (half an ulp of 1), each of which rounds away when
+// added alone to a sum near 1. Every output is exactly 1 + (K - 1) 2^-24; the tile loses the
+// first sub-block's 255 2^-24 and at most 2^-24 per later merge of an odd count (one chain from
+// the start: all 4095; K blocks of 683 without sub-blocks: 682 at least). K blocks of 256 (the
+// knob) and the default 768 (blocks of 683, sub-blocks 256 + 256 + 171). N = 64 reads the
+// operands in place, N = 300 packs them.
 inline void expect_k_blocks_sum_from_zero(std::string_view lane) {
-  constexpr std::int64_t M = 16, K = 4096, kc = 256;
+  constexpr std::int64_t M = 16, K = 4096;
   const Region region = region_of("matmul { }");
-  for (const std::int64_t n : {64, 300}) {
-    Tensor a({M, K}), b({K, n});
-    std::fill(a.data.begin(), a.data.end(), 1.0f);
-    std::fill(b.data.begin(), b.data.end(), 0x1p-24f);
-    std::fill(b.data.begin(), b.data.begin() + n, 1.0f);
-    ExecuteOptions o;
-    o.candidate = x86_candidate(RegionKind::matmul, lane);
-    o.emit.options = {{"kc", std::to_string(kc)}, {"serial", "0"}};
-    o.reference_fallback = false;
-    const std::vector<Tensor> operands{a, b};
-    auto out = execute_on_target(x86(), region, operands, o);
-    ASSERT_TRUE(out.ok()) << out.error().str();
-    ASSERT_EQ(out->tag, lane);
-    const double exact = 1.0 + static_cast<double>(K - 1) * 0x1p-24;
-    double worst = 0;
-    for (float v : out->output.data) worst = std::max(worst, std::abs(static_cast<double>(v) - exact));
-    EXPECT_LE(worst, static_cast<double>(kc - 1) * 0x1p-24) << lane << " at N = " << n;
-  }
+  for (const std::int64_t n : {64, 300})
+    for (const char* kc : {"256", "768"}) {
+      Tensor a({M, K}), b({K, n});
+      std::fill(a.data.begin(), a.data.end(), 1.0f);
+      std::fill(b.data.begin(), b.data.end(), 0x1p-24f);
+      std::fill(b.data.begin(), b.data.begin() + n, 1.0f);
+      ExecuteOptions o;
+      o.candidate = x86_candidate(RegionKind::matmul, lane);
+      o.emit.options = {{"kc", kc}, {"serial", "0"}};
+      o.reference_fallback = false;
+      const std::vector<Tensor> operands{a, b};
+      auto out = execute_on_target(x86(), region, operands, o);
+      ASSERT_TRUE(out.ok()) << out.error().str();
+      ASSERT_EQ(out->tag, lane);
+      const double exact = 1.0 + static_cast<double>(K - 1) * 0x1p-24;
+      double worst = 0;
+      for (float v : out->output.data) worst = std::max(worst, std::abs(static_cast<double>(v) - exact));
+      EXPECT_LE(worst, (255 + 16) * 0x1p-24) << lane << " at N = " << n << ", kc = " << kc;
+    }
 }
 
 // dv < 0: Dv = D.

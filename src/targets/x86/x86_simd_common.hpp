@@ -45,6 +45,10 @@ struct Tuning {
   // hardware prefetchers start over. Same-run A/B on Zen 4 (harness, best of 60): 128 x 3072 x
   // 768 0.93-0.94x the time, 128 x 768 x 3072 0.95-0.97x, 1024^3 0.98x.
   int bpf = 16;
+  // GEMM-rooted kinds on the zmm and ymm tiles: K steps after which a tile adds its
+  // accumulators to the sums so far and starts again from zero (FUSOR_KSUB; 0: only at K
+  // blocks), so a sum's rounding error grows with this length, not the K block's or K's.
+  int ksub = 256;
 };
 
 // `#pragma omp parallel<rest>` that runs on the calling thread alone while `work` (an
@@ -74,10 +78,12 @@ struct StorageLoad {
 // The MR x 32 micro-kernel `fusor_ukr(kc, a, b, c, ldc, cin, ldin)`: c[MR][32] (rows ldc floats
 // apart) = cin + a^T b (cin rows ldin apart; NULL: zero; it may be c) with a packed [kc][MR] and b packed [kc][32];
 // accumulators live in zmm registers for the whole kc.
-std::string micro_kernel_source(int mr);
+// `#define FUSOR_KSUB` for the tiles (Tuning::ksub; 0: never within a K block).
+std::string ksub_define(int ksub);
+std::string micro_kernel_source(int mr, int ksub);
 // fusor_ukr with the same contract on AVX2 + FMA (x86_avx2_gemm.cpp): each 16-column half of
 // the tile in 2 x mr ymm accumulators (mr <= 6).
-std::string avx2_micro_kernel_source(int mr);
+std::string avx2_micro_kernel_source(int mr, int ksub);
 // (x86_avx2_gemm.cpp) The ymm tiles of `rows` rows: A packed [kc][mr], or read in place.
 std::string avx2_packed_ukr(int rows, int mr, const std::string& name);
 std::string avx2_direct_ukr(int rows, const std::string& name);

@@ -61,14 +61,18 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
                                       {"exact", &simd::Tuning::exact, 0, 1},
                                       {"overlap", &simd::Tuning::overlap, 0, 1},
                                       {"stream", &simd::Tuning::stream, 0, 2},
-                                      {"bpf", &simd::Tuning::bpf, 0, 256}};
+                                      {"bpf", &simd::Tuning::bpf, 0, 256},
+                                      {"ksub", &simd::Tuning::ksub, 0, 1 << 16}};
     const Knob* knob = nullptr;
     std::string names;
     for (const Knob& k : kKnobs) {
       const std::string name = k.name;
       // The AMX tile is 32 rows; `exact` and `overlap` are AMX's, `stream` the streaming kinds',
-      // `bpf` the zmm and ymm tiles' B packing (AMX's packing prefetches its own way).
-      if (t.amx ? name == "mr" || name == "stream" || name == "bpf" : name == "exact" || name == "overlap") continue;
+      // `bpf` and `ksub` the zmm and ymm tiles' (AMX's packing prefetches its own way; its tiles
+      // sum in their own order).
+      if (t.amx ? name == "mr" || name == "stream" || name == "bpf" || name == "ksub"
+                : name == "exact" || name == "overlap")
+        continue;
       names += (names.empty() ? "" : ", ") + name;
       if (key == name) knob = &k;
     }
@@ -229,9 +233,9 @@ Expected<KernelSource> emit_lane(const Region& region, const EmitOptions& option
                  : simd::amx_ukr_source(tuning.amx_parts_a, tuning.amx_parts_b, tuning.exact != 0, "fusor_amx_ukr") +
                        simd::amx_packing_ukr_source(tuning.amx_parts_a, tuning.amx_parts_b, tuning.exact != 0, ld));
   else if (tuning.avx2 && (gemm_kind || kind == RegionKind::attention))
-    head += simd::avx2_micro_kernel_source(tuning.mr);
+    head += simd::avx2_micro_kernel_source(tuning.mr, tuning.ksub);
   else if (gemm_kind || kind == RegionKind::attention)
-    head += simd::micro_kernel_source(tuning.mr);
+    head += simd::micro_kernel_source(tuning.mr, tuning.ksub);
   if (plan && !tuning.amx)
     head += simd::edge_tiles_source(tuning.mr, tuning.avx2, simd::gemm_reads_in_place(*plan, ld, tuning));
   if (!tuning.avx2 && (gemm_kind || kind == RegionKind::attention || kind == RegionKind::pointwise))

@@ -34,11 +34,11 @@ std::string omp_parallel(const std::string& work, const std::string& rest) {
 namespace {
 
 // A zmm register tile of `rows` rows as function `name(kc, <params>, c, ldc, cin, ldin)`: 2 x rows
-// accumulators from zero over kc steps of `step_head` (loads b0 and b1, B's 32 columns at k) and
-// row r's FMAs with A's value `a_at(r)`, then `step_tail`; cin (NULL: none; it may be c) is added
-// at the end. Starting each K block from zero makes the sum over K two-level (each block's
-// chain, then the blocks), so its rounding error grows with the block's length, not K's (max
-// error at 128 x 768 x 3072: 3.2e-5 -> 1.3e-5, the same speed).
+// accumulators over kc steps of `step_head` (loads b0 and b1, B's 32 columns at k) and row r's
+// FMAs with A's value `a_at(r)`, then `step_tail`; c = cin + the products (cin NULL: none; it
+// may be c). The accumulators start from zero every FUSOR_KSUB steps and are added to cin (the
+// first time) or to c (after): the sum over K is three-level (sub-blocks, K blocks, the running
+// sum), so its rounding error grows with the sub-block's length, not the K block's or K's.
 std::string avx512_tile(int rows, const std::string& name, const std::string& params, const std::string& setup,
                         const std::string& step_head, const std::function<std::string(int)>& a_at,
                         const std::string& step_tail) {
@@ -47,25 +47,38 @@ std::string avx512_tile(int rows, const std::string& name, const std::string& pa
   for (int r = 0; r < rows; ++r)
     s += "  __m512 c" + std::to_string(r) + "_0 = _mm512_setzero_ps(), c" + std::to_string(r) +
          "_1 = _mm512_setzero_ps();\n";
-  s += setup + "  #pragma GCC unroll 4\n  for (int64_t k = 0; k < kc; ++k) {\n" + step_head;
+  // The sums so far (from, rows ldf floats apart; NULL: none) plus the accumulators, stored to c.
+  const auto merge = [rows](const std::string& I) {
+    std::string m = I + "if (from) {\n";
+    for (int r = 0; r < rows; ++r) {
+      const std::string R = std::to_string(r);
+      m += I + "    c" + R + "_0 = _mm512_add_ps(c" + R + "_0, _mm512_loadu_ps(from + " + R + " * ldf)); c" + R +
+           "_1 = _mm512_add_ps(c" + R + "_1, _mm512_loadu_ps(from + " + R + " * ldf + 16));\n";
+    }
+    m += I + "  }\n";
+    for (int r = 0; r < rows; ++r) {
+      const std::string R = std::to_string(r);
+      m += I + "_mm512_storeu_ps(c + " + R + " * ldc, c" + R + "_0); _mm512_storeu_ps(c + " + R + " * ldc + 16, c" + R +
+           "_1);\n";
+    }
+    return m;
+  };
+  const std::string sub = "FUSOR_KSUB";
+  s += setup + "  for (int64_t k0 = 0;; k0 += " + sub + ") {\n";
+  s += "    const int64_t k1 = kc - k0 > " + sub + " ? k0 + " + sub + " : kc;\n";
+  s += "    #pragma GCC unroll 4\n    for (int64_t k = k0; k < k1; ++k) {\n" + step_head;
   for (int r = 0; r < rows; ++r) {
     const std::string R = std::to_string(r);
-    s += "    { const __m512 av = _mm512_set1_ps(" + a_at(r) + "); c" + R + "_0 = _mm512_fmadd_ps(av, b0, c" + R +
+    s += "      { const __m512 av = _mm512_set1_ps(" + a_at(r) + "); c" + R + "_0 = _mm512_fmadd_ps(av, b0, c" + R +
          "_0); c" + R + "_1 = _mm512_fmadd_ps(av, b1, c" + R + "_1); }\n";
   }
-  s += step_tail + "  }\n  if (cin) {\n";
-  for (int r = 0; r < rows; ++r) {
-    const std::string R = std::to_string(r);
-    s += "    c" + R + "_0 = _mm512_add_ps(c" + R + "_0, _mm512_loadu_ps(cin + " + R + " * ldin)); c" + R +
-         "_1 = _mm512_add_ps(c" + R + "_1, _mm512_loadu_ps(cin + " + R + " * ldin + 16));\n";
-  }
-  s += "  }\n";
-  for (int r = 0; r < rows; ++r) {
-    const std::string R = std::to_string(r);
-    s += "  _mm512_storeu_ps(c + " + R + " * ldc, c" + R + "_0); _mm512_storeu_ps(c + " + R + " * ldc + 16, c" + R +
-         "_1);\n";
-  }
-  return s + "}\n\n";
+  s += step_tail + "    }\n";
+  s += "    const float* from = k0 == 0 ? cin : c;\n    const int64_t ldf = k0 == 0 ? ldin : ldc;\n";
+  s += merge("    ");
+  s += "    if (k1 == kc) break;\n";
+  for (int r = 0; r < rows; ++r)
+    s += "    c" + std::to_string(r) + "_0 = c" + std::to_string(r) + "_1 = _mm512_setzero_ps();\n";
+  return s + "  }\n}\n\n";
 }
 
 // fusor_ukr's tile of `rows` rows, A packed [kc][mr] (rows < mr: the first rows of a panel,
@@ -99,8 +112,12 @@ std::string avx512_direct_ukr(int rows, const std::string& name) {
 
 } // namespace
 
-std::string micro_kernel_source(int mr) {
-  return "#define FUSOR_MR " + std::to_string(mr) + "\n" + avx512_packed_ukr(mr, mr, "fusor_ukr") +
+std::string ksub_define(int ksub) {
+  return "#define FUSOR_KSUB " + (ksub > 0 ? std::to_string(ksub) + "LL" : std::string("(1LL << 62)")) + "\n";
+}
+
+std::string micro_kernel_source(int mr, int ksub) {
+  return "#define FUSOR_MR " + std::to_string(mr) + "\n" + ksub_define(ksub) + avx512_packed_ukr(mr, mr, "fusor_ukr") +
          transpose16_source();
 }
 

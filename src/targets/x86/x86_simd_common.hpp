@@ -43,7 +43,7 @@ struct Tuning {
   // GEMM-rooted kinds on the zmm and ymm tiles: B's packing prefetches the row this many rows
   // ahead (0: none). B [K, N] rows are N floats apart, a new page nearly every row, where the
   // hardware prefetchers start over. Same-run A/B on Zen 4 (harness, best of 60): 128 x 3072 x
-  // 768 0.93-0.94x the time, 128 x 768 x 3072 0.95-0.97x, 1024^3 0.98x.
+  // 768 0.93-0.96x the time, 128 x 768 x 3072 0.95-0.97x, 1024^3 0.98x.
   int bpf = 16;
   // GEMM-rooted kinds on the zmm and ymm tiles: K steps after which a tile adds its
   // accumulators to the sums so far and starts again from zero (FUSOR_KSUB; 0: only at K
@@ -77,7 +77,7 @@ struct StorageLoad {
 
 // The MR x 32 micro-kernel `fusor_ukr(kc, a, b, c, ldc, cin, ldin)`: c[MR][32] (rows ldc floats
 // apart) = cin + a^T b (cin rows ldin apart; NULL: zero; it may be c) with a packed [kc][MR] and b packed [kc][32];
-// accumulators live in zmm registers for the whole kc.
+// accumulators live in zmm registers, restarting from zero every FUSOR_KSUB steps of kc.
 // `#define FUSOR_KSUB` for the tiles (Tuning::ksub; 0: never within a K block).
 std::string ksub_define(int ksub);
 std::string micro_kernel_source(int mr, int ksub);

@@ -47,22 +47,6 @@ std::string avx512_tile(int rows, const std::string& name, const std::string& pa
   for (int r = 0; r < rows; ++r)
     s += "  __m512 c" + std::to_string(r) + "_0 = _mm512_setzero_ps(), c" + std::to_string(r) +
          "_1 = _mm512_setzero_ps();\n";
-  // The sums so far (from, rows ldf floats apart; NULL: none) plus the accumulators, stored to c.
-  const auto merge = [rows](const std::string& I) {
-    std::string m = I + "if (from) {\n";
-    for (int r = 0; r < rows; ++r) {
-      const std::string R = std::to_string(r);
-      m += I + "    c" + R + "_0 = _mm512_add_ps(c" + R + "_0, _mm512_loadu_ps(from + " + R + " * ldf)); c" + R +
-           "_1 = _mm512_add_ps(c" + R + "_1, _mm512_loadu_ps(from + " + R + " * ldf + 16));\n";
-    }
-    m += I + "  }\n";
-    for (int r = 0; r < rows; ++r) {
-      const std::string R = std::to_string(r);
-      m += I + "_mm512_storeu_ps(c + " + R + " * ldc, c" + R + "_0); _mm512_storeu_ps(c + " + R + " * ldc + 16, c" + R +
-           "_1);\n";
-    }
-    return m;
-  };
   const std::string sub = "FUSOR_KSUB";
   s += setup + "  for (int64_t k0 = 0;; k0 += " + sub + ") {\n";
   s += "    const int64_t k1 = kc - k0 > " + sub + " ? k0 + " + sub + " : kc;\n";
@@ -73,8 +57,20 @@ std::string avx512_tile(int rows, const std::string& name, const std::string& pa
          "_0); c" + R + "_1 = _mm512_fmadd_ps(av, b1, c" + R + "_1); }\n";
   }
   s += step_tail + "    }\n";
+  // The sums so far (cin the first time, then c; NULL: none) plus the accumulators, to c.
   s += "    const float* from = k0 == 0 ? cin : c;\n    const int64_t ldf = k0 == 0 ? ldin : ldc;\n";
-  s += merge("    ");
+  s += "    if (from) {\n";
+  for (int r = 0; r < rows; ++r) {
+    const std::string R = std::to_string(r);
+    s += "      c" + R + "_0 = _mm512_add_ps(c" + R + "_0, _mm512_loadu_ps(from + " + R + " * ldf)); c" + R +
+         "_1 = _mm512_add_ps(c" + R + "_1, _mm512_loadu_ps(from + " + R + " * ldf + 16));\n";
+  }
+  s += "    }\n";
+  for (int r = 0; r < rows; ++r) {
+    const std::string R = std::to_string(r);
+    s += "    _mm512_storeu_ps(c + " + R + " * ldc, c" + R + "_0); _mm512_storeu_ps(c + " + R + " * ldc + 16, c" + R +
+         "_1);\n";
+  }
   s += "    if (k1 == kc) break;\n";
   for (int r = 0; r < rows; ++r)
     s += "    c" + std::to_string(r) + "_0 = c" + std::to_string(r) + "_1 = _mm512_setzero_ps();\n";

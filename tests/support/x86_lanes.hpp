@@ -124,7 +124,7 @@ inline const ProblemShape kInPlaceShapes[] = {
 // first sub-block's 255 2^-24 and at most 2^-24 per later merge of an odd count (one chain from
 // the start: all 4095; K blocks of 683 without sub-blocks: 682 at least). K blocks of 256 (the
 // knob) and the default 768 (blocks of 683, sub-blocks 256 + 256 + 171). N = 64 reads the
-// operands in place, N = 300 packs them.
+// operands in place, N = 300 packs them; 4 rows take the few-row path.
 inline void expect_k_blocks_sum_from_zero(std::string_view lane) {
   constexpr std::int64_t M = 16, K = 4096;
   const Region region = region_of("matmul { }");
@@ -147,6 +147,24 @@ inline void expect_k_blocks_sum_from_zero(std::string_view lane) {
       for (float v : out->output.data) worst = std::max(worst, std::abs(static_cast<double>(v) - exact));
       EXPECT_LE(worst, (255 + 16) * 0x1p-24) << lane << " at N = " << n << ", kc = " << kc;
     }
+  // Fewer than 8 rows stream B in steps of 8 rows (each step's products summed in pairs), so a
+  // step of 2^-27 values adds 2^-24 and rounds away alone: the first sub-block (32 steps) loses
+  // 32 2^-24 (one running sum: 512).
+  Tensor a({4, K}), b({K, 300});
+  std::fill(a.data.begin(), a.data.end(), 1.0f);
+  std::fill(b.data.begin(), b.data.end(), 0x1p-27f);
+  std::fill(b.data.begin(), b.data.begin() + 300, 1.0f);
+  ExecuteOptions o;
+  o.candidate = x86_candidate(RegionKind::matmul, lane);
+  o.emit.options = {{"serial", "0"}};
+  o.reference_fallback = false;
+  const std::vector<Tensor> operands{a, b};
+  auto out = execute_on_target(x86(), region, operands, o);
+  ASSERT_TRUE(out.ok()) << out.error().str();
+  const double exact = 1.0 + static_cast<double>(K - 1) * 0x1p-27;
+  double worst = 0;
+  for (float v : out->output.data) worst = std::max(worst, std::abs(static_cast<double>(v) - exact));
+  EXPECT_LE(worst, 40 * 0x1p-24) << lane << ", 4 rows";
 }
 
 // dv < 0: Dv = D.

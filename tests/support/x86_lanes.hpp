@@ -116,6 +116,31 @@ inline const ProblemShape kInPlaceShapes[] = {
     gemm(1, 1, 1),   gemm(7, 33, 129),  gemm(30, 32, 17),  gemm(64, 64, 256), gemm(65, 100, 1600), gemm(129, 256, 70),
     gemm(14, 31, 5), gemm(61, 257, 40), gemm(1, 300, 129), gemm(7, 1000, 9),  gemm(4, 4099, 20),   gemm(2, 700, 1600)};
 
+// Max |out - exact| of `matmul { }` on `lane` at m x n x K with A all ones and each column of B
+// 1 then K - 1 values `tail`, emitted with `options` (serial = 0 added).
+inline double chain_sum_error(std::string_view lane, std::int64_t m, std::int64_t n, std::int64_t K, float tail,
+                              std::map<std::string, std::string> options) {
+  Tensor a({m, K}), b({K, n});
+  std::fill(a.data.begin(), a.data.end(), 1.0f);
+  std::fill(b.data.begin(), b.data.end(), tail);
+  std::fill(b.data.begin(), b.data.begin() + n, 1.0f);
+  ExecuteOptions o;
+  o.candidate = x86_candidate(RegionKind::matmul, lane);
+  options.emplace("serial", "0");
+  o.emit.options = std::move(options);
+  o.reference_fallback = false;
+  const std::vector<Tensor> operands{a, b};
+  auto out = execute_on_target(x86(), region_of("matmul { }"), operands, o);
+  if (!out.ok() || out->tag != lane) {
+    ADD_FAILURE() << lane << ": " << (out.ok() ? "ran on " + out->tag : out.error().str());
+    return INFINITY;
+  }
+  const double exact = 1.0 + static_cast<double>(K - 1) * tail;
+  double worst = 0;
+  for (float v : out->output.data) worst = std::max(worst, std::abs(static_cast<double>(v) - exact));
+  return worst;
+}
+
 // A lane's GEMM tile starts from zero every 256 K steps (a sub-block; also at each K block) and
 // adds the sums so far at its end, so its rounding error grows with the sub-block's length, not
 // the K block's or K's. Checked where a single chain loses everything: A is all ones and each
@@ -126,45 +151,15 @@ inline const ProblemShape kInPlaceShapes[] = {
 // knob) and the default 768 (blocks of 683, sub-blocks 256 + 256 + 171). N = 64 reads the
 // operands in place, N = 300 packs them; 4 rows take the few-row path.
 inline void expect_k_blocks_sum_from_zero(std::string_view lane) {
-  constexpr std::int64_t M = 16, K = 4096;
-  const Region region = region_of("matmul { }");
+  constexpr std::int64_t K = 4096;
   for (const std::int64_t n : {64, 300})
-    for (const char* kc : {"256", "768"}) {
-      Tensor a({M, K}), b({K, n});
-      std::fill(a.data.begin(), a.data.end(), 1.0f);
-      std::fill(b.data.begin(), b.data.end(), 0x1p-24f);
-      std::fill(b.data.begin(), b.data.begin() + n, 1.0f);
-      ExecuteOptions o;
-      o.candidate = x86_candidate(RegionKind::matmul, lane);
-      o.emit.options = {{"kc", kc}, {"serial", "0"}};
-      o.reference_fallback = false;
-      const std::vector<Tensor> operands{a, b};
-      auto out = execute_on_target(x86(), region, operands, o);
-      ASSERT_TRUE(out.ok()) << out.error().str();
-      ASSERT_EQ(out->tag, lane);
-      const double exact = 1.0 + static_cast<double>(K - 1) * 0x1p-24;
-      double worst = 0;
-      for (float v : out->output.data) worst = std::max(worst, std::abs(static_cast<double>(v) - exact));
-      EXPECT_LE(worst, (255 + 16) * 0x1p-24) << lane << " at N = " << n << ", kc = " << kc;
-    }
+    for (const char* kc : {"256", "768"})
+      EXPECT_LE(chain_sum_error(lane, 16, n, K, 0x1p-24f, {{"kc", kc}}), (255 + 16) * 0x1p-24)
+          << lane << " at N = " << n << ", kc = " << kc;
   // Fewer than 8 rows stream B in steps of 8 rows (each step's products summed in pairs), so a
   // step of 2^-27 values adds 2^-24 and rounds away alone: the first sub-block (32 steps) loses
   // 32 2^-24 (one running sum: 512).
-  Tensor a({4, K}), b({K, 300});
-  std::fill(a.data.begin(), a.data.end(), 1.0f);
-  std::fill(b.data.begin(), b.data.end(), 0x1p-27f);
-  std::fill(b.data.begin(), b.data.begin() + 300, 1.0f);
-  ExecuteOptions o;
-  o.candidate = x86_candidate(RegionKind::matmul, lane);
-  o.emit.options = {{"serial", "0"}};
-  o.reference_fallback = false;
-  const std::vector<Tensor> operands{a, b};
-  auto out = execute_on_target(x86(), region, operands, o);
-  ASSERT_TRUE(out.ok()) << out.error().str();
-  const double exact = 1.0 + static_cast<double>(K - 1) * 0x1p-27;
-  double worst = 0;
-  for (float v : out->output.data) worst = std::max(worst, std::abs(static_cast<double>(v) - exact));
-  EXPECT_LE(worst, 40 * 0x1p-24) << lane << ", 4 rows";
+  EXPECT_LE(chain_sum_error(lane, 4, 300, K, 0x1p-27f, {}), 40 * 0x1p-24) << lane << ", 4 rows";
 }
 
 // dv < 0: Dv = D.

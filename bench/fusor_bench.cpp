@@ -15,6 +15,7 @@
 //   SUITE: gemm | gated | attention | norm | pointwise | all
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -34,6 +35,8 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -722,8 +725,10 @@ json machine(std::optional<double> peak, const std::optional<TileRate>& tiles) {
   m["openblas"] = openblas_get_config();
   m["openblas_corename"] = openblas_get_corename();
 #endif
-  const char* ct = std::getenv("OPENBLAS_CORETYPE");
-  m["OPENBLAS_CORETYPE"] = ct ? ct : "(unset)";
+  for (const char* var : {"OPENBLAS_CORETYPE", "OPENBLAS_THREAD_TIMEOUT"}) {
+    const char* set = std::getenv(var);
+    m[var] = set ? set : "(unset)";
+  }
   m["timing"] = "warm-up 2 calls each, then the median of interleaved repetitions (>= 7, ~1.5 s per case; calls under "
                 "0.1 ms timed in batches, the time per call)";
   return m;
@@ -818,6 +823,20 @@ int run(const Options& opt) {
 } // namespace fusor::bench
 
 int main(int argc, char** argv) {
+#ifdef FUSOR_BENCH_OPENBLAS
+  // OpenBLAS's pthread workers spin for 2^28 cycles (about 0.1 s) after each call before they
+  // sleep, so the contender timed next (fusor, in every interleaved round) ran against two
+  // spinning threads on the same two cores: 2048^3 fusor 50-93 ms from run to run against
+  // 49-54 ms with the workers parked at once, oneDNN 49-64 either way (Zen 5 VM). OpenBLAS
+  // reads the timeout in its load-time constructor, so the bench execs itself again with the
+  // shortest one (2^4 cycles) unless the caller set one; OpenBLAS's own calls then include
+  // waking its workers, as they do in any program that does other work between them.
+  if (!std::getenv("OPENBLAS_THREAD_TIMEOUT")) {
+    setenv("OPENBLAS_THREAD_TIMEOUT", "4", 1);
+    execv("/proc/self/exe", argv); // returns only on failure: the run goes on with spinning workers
+    std::fprintf(stderr, "fusor-bench: re-exec with OPENBLAS_THREAD_TIMEOUT=4 failed: %s\n", std::strerror(errno));
+  }
+#endif
   fusor::bench::Options opt;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];

@@ -585,8 +585,12 @@ TEST(X86Simd, PointwiseVectorPath) {
                                   "h = mul(x, 0.5); e = erf(h); out = add(t, e); output = out }");
   auto src = lane(RegionKind::pointwise)->emit(region, {});
   ASSERT_TRUE(src.ok());
-  EXPECT_NE(src->source.find("_mm512_mask_storeu_ps(out + i, m, v)"), std::string::npos);
-  for (const Shape& shape : std::vector<Shape>{{7, 129}, {3}, {2, 16}})
+  // Four vectors a step, each with its own mask: totals that end in each of the four (903
+  // ends 7 into the first, 100 4 into the third, 117 5 into the fourth, 32 on the second's end).
+  EXPECT_NE(src->source.find("i += 64"), std::string::npos);
+  EXPECT_NE(src->source.find("_mm512_mask_storeu_ps(out + i + 48, m3, v3)"), std::string::npos);
+  EXPECT_NE(src->source.find("_mm_prefetch((const char*)(x1 + i + 48) + 4096"), std::string::npos);
+  for (const Shape& shape : std::vector<Shape>{{7, 129}, {3}, {2, 16}, {100}, {1, 117}})
     expect_matches_reference(region, elementwise(shape), 36, 3.0);
   auto operands = make_operands(region, elementwise({37}), 37, 1.0);
   const float inf = INFINITY, nan = NAN;

@@ -342,40 +342,61 @@ std::string render_reduce_finish(const CDialect& dialect, ReduceOp op, std::stri
 std::string render_dag(const CDialect& dialect, const PointwiseGraph& graph,
                        const std::function<std::string(int)>& load_input, std::string_view out_var,
                        std::string_view indent) {
+  return render_dag_copies(
+      dialect, graph, [&](int input, int) { return load_input(input); }, out_var, indent, 1);
+}
+
+std::string render_dag_copies(const CDialect& dialect, const PointwiseGraph& graph,
+                              const std::function<std::string(int, int)>& load_input, std::string_view out_var,
+                              std::string_view indent, int copies) {
   const std::string in(indent);
   std::string out;
   const std::string T(dialect.value_type);
-  for (size_t i = 0; i < graph.input_names().size(); ++i)
-    out += in + "const " + T + " in" + std::to_string(i) + "_ = " + load_input(static_cast<int>(i)) + ";\n";
-  auto ref = [](const ValueRef& v) -> std::string {
+  // One copy keeps the plain names (`t3_`); several number theirs (`t3_0`, `t3_1`, ...).
+  auto named = [&](const std::string& base, int copy) { return copies == 1 ? base : base + std::to_string(copy); };
+  // `statement(copy)` once for every copy.
+  auto each = [&](const std::function<std::string(int)>& statement) {
+    for (int c = 0; c < copies; ++c) out += in + statement(c) + ";\n";
+  };
+  for (size_t i = 0; i < graph.input_names().size(); ++i) {
+    const std::string name = "in" + std::to_string(i) + "_";
+    each([&](int c) { return "const " + T + " " + named(name, c) + " = " + load_input(static_cast<int>(i), c); });
+  }
+  auto ref = [&](const ValueRef& v, int copy) -> std::string {
     switch (v.kind) {
-    case ValueRef::Kind::input: return "in" + std::to_string(v.index) + "_";
-    case ValueRef::Kind::node: return "t" + std::to_string(v.index) + "_";
+    case ValueRef::Kind::input: return named("in" + std::to_string(v.index) + "_", copy);
+    case ValueRef::Kind::node: return named("t" + std::to_string(v.index) + "_", copy);
     case ValueRef::Kind::constant: return float_literal(v.constant);
     }
     return {};
   };
   for (size_t i = 0; i < graph.nodes().size(); ++i) {
     const auto& node = graph.nodes()[i];
-    // Constants become named temporaries too: the op table may repeat an operand.
+    // Constants become named temporaries too (one for all copies): the op table may repeat
+    // an operand.
     std::string args[2];
-    for (size_t a = 0; a < node.args.size(); ++a) {
-      args[a] = ref(node.args[a]);
+    for (size_t a = 0; a < node.args.size(); ++a)
       if (node.args[a].kind == ValueRef::Kind::constant) {
-        const std::string name = "k" + std::to_string(i) + "_" + std::to_string(a) + "_";
-        const std::string value = dialect.splat.empty() ? args[a] : std::string(dialect.splat) + "(" + args[a] + ")";
-        out += in + "const " + T + " " + name + " = " + value + ";\n";
-        args[a] = name;
+        args[a] = "k" + std::to_string(i) + "_" + std::to_string(a) + "_";
+        const std::string literal = ref(node.args[a], 0);
+        const std::string value = dialect.splat.empty() ? literal : std::string(dialect.splat) + "(" + literal + ")";
+        out += in + "const " + T + " " + args[a] + " = " + value + ";\n";
       }
-    }
-    out +=
-        in + "const " + T + " t" + std::to_string(i) + "_ = " + render_op(dialect, node.op, args[0], args[1]) + ";\n";
+    each([&](int c) {
+      std::string arg[2];
+      for (size_t a = 0; a < node.args.size(); ++a)
+        arg[a] = node.args[a].kind == ValueRef::Kind::constant ? args[a] : ref(node.args[a], c);
+      return "const " + T + " " + named("t" + std::to_string(i) + "_", c) + " = " +
+             render_op(dialect, node.op, arg[0], arg[1]);
+    });
   }
   const ValueRef& result = graph.output();
-  const std::string value = result.kind == ValueRef::Kind::constant && !dialect.splat.empty()
-                                ? std::string(dialect.splat) + "(" + ref(result) + ")"
-                                : ref(result);
-  out += in + "const " + T + " " + std::string(out_var) + " = " + value + ";\n";
+  each([&](int c) {
+    const std::string value = result.kind == ValueRef::Kind::constant && !dialect.splat.empty()
+                                  ? std::string(dialect.splat) + "(" + ref(result, c) + ")"
+                                  : ref(result, c);
+    return "const " + T + " " + std::string(out_var) + (copies == 1 ? "" : std::to_string(c)) + " = " + value;
+  });
   return out;
 }
 

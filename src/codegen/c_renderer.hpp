@@ -103,6 +103,15 @@ std::string render_dag(const CDialect& dialect, const PointwiseGraph& graph,
                        const std::function<std::string(int)>& load_input, std::string_view out_var,
                        std::string_view indent);
 
+// The same for `copies` independent elements (vectors) at once, one statement at a time for
+// every copy before the next statement; names take the copy's number as a suffix
+// (`<out_var>0`, `<out_var>1`, ...) and `load_input(i, copy)` reads input i for that copy.
+// Interleaved, the copies' dependency chains overlap even where one chain (an exponential, a
+// divide, a tanh) is longer than the out-of-order window can look ahead.
+std::string render_dag_copies(const CDialect& dialect, const PointwiseGraph& graph,
+                              const std::function<std::string(int, int)>& load_input, std::string_view out_var,
+                              std::string_view indent, int copies);
+
 // Helper functions that convert stored f16/bf16 bits to float (portable bit math).
 std::string render_storage_helpers(const CDialect& dialect);
 

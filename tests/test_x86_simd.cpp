@@ -15,6 +15,7 @@
 #include "fusor/target.hpp"
 #include "fusor/toolchain.hpp"
 #include "support/compare.hpp"
+#include "support/vector_math.hpp"
 #include "support/x86_lanes.hpp"
 #include "targets/x86/x86_simd_emitter.hpp"
 
@@ -24,6 +25,8 @@ namespace {
 using testing::attention_dims;
 using testing::elementwise;
 using testing::gemm;
+using testing::grid;
+using testing::measure;
 using testing::region_of;
 using testing::x86;
 
@@ -423,27 +426,6 @@ FloatBuffer run_unary(const std::string& op, const std::vector<float>& xs) {
   return out.ok() ? out->output.data : FloatBuffer{};
 }
 
-struct ErrorStats {
-  double max_abs = 0, max_rel = 0;
-};
-
-template <class Values> ErrorStats measure(const std::vector<float>& xs, const Values& got, double (*ref)(double)) {
-  ErrorStats e;
-  for (size_t i = 0; i < xs.size() && i < got.size(); ++i) {
-    const double r = ref(xs[i]);
-    const double err = std::fabs(got[i] - r);
-    e.max_abs = std::max(e.max_abs, err);
-    if (std::fabs(r) > 1e-30) e.max_rel = std::max(e.max_rel, err / std::fabs(r));
-  }
-  return e;
-}
-
-std::vector<float> grid(double lo, double hi, int n) {
-  std::vector<float> xs;
-  for (int i = 0; i <= n; ++i) xs.push_back(static_cast<float>(lo + (hi - lo) * i / n));
-  return xs;
-}
-
 TEST(X86Simd, VectorMathErrorBounds) {
   REQUIRE_AVX512();
   // Dense grids over each function's whole interesting range (exp: up to overflow).
@@ -462,40 +444,10 @@ TEST(X86Simd, VectorMathErrorBounds) {
   EXPECT_LT(r.max_abs, 5e-7);
 }
 
-// An expression over `x` (16 lanes) of the AVX-512 helpers (what attention's softmax and the
+// An expression over `v` (16 lanes) of the AVX-512 helpers (what attention's softmax and the
 // GEMM's vector epilogue render through), in a kernel of its own.
 std::vector<float> run_avx512(const std::string& expr, const std::vector<float>& xs) {
-  KernelSource src;
-  src.source =
-      "#include <immintrin.h>\n#include <math.h>\n#include <stdint.h>\n#include <string.h>\n" +
-      codegen::render_avx512_math_helpers(codegen::c99_avx512_dialect()) +
-      "int fusor_kernel(const void* const* operands, float* restrict out, const int64_t* dims) {\n"
-      "  const float* x = (const float*)operands[0];\n"
-      "  for (int64_t i = 0; i < dims[0]; i += 16) {\n"
-      "    const __mmask16 k = dims[0] - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (dims[0] - i)) - 1u);\n"
-      "    const __m512 v = _mm512_maskz_loadu_ps(k, x + i);\n"
-      "    _mm512_mask_storeu_ps(out + i, k, " +
-      expr +
-      ");\n"
-      "  }\n  return 0;\n}\n";
-  src.entry = "fusor_kernel";
-  src.lang = "c";
-  src.target = "x86";
-  src.lane = "x86_avx512";
-  src.region_text = "avx512 helper test: " + expr;
-  auto art = x86().compile(src);
-  EXPECT_TRUE(art.ok()) << (art.ok() ? "" : art.error().str());
-  if (!art.ok()) return {};
-  auto lib = SharedLibrary::load(art->path);
-  EXPECT_TRUE(lib.ok());
-  auto sym = lib->symbol("fusor_kernel");
-  EXPECT_TRUE(sym.ok());
-  using Fn = int (*)(const void* const*, float*, const std::int64_t*);
-  std::vector<float> out(xs.size());
-  const void* ops[] = {xs.data()};
-  const std::int64_t dims[] = {static_cast<std::int64_t>(xs.size())};
-  EXPECT_EQ(reinterpret_cast<Fn>(*sym)(ops, out.data(), dims), 0);
-  return out;
+  return testing::run_vector_expr(16, expr, xs);
 }
 
 TEST(X86Simd, VectorExp16ErrorBoundsAndSpecialValues) {

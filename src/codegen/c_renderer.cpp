@@ -80,14 +80,19 @@ constexpr std::array<std::string_view, 7> kExp2Horner{"2.1612916316e-04f",
                                                       "6.9314706326e-01f",
                                                       "1.0f"};
 
-// `acc` = the polynomial in `x` by Horner's rule: float statements, or 16-lane FMAs.
-std::string horner(std::string_view acc, std::string_view x, std::span<const std::string_view> c, bool lanes16) {
+// `acc` = the polynomial in `x` by Horner's rule: float statements (lanes 1), or 8- or
+// 16-lane FMAs.
+std::string horner(std::string_view acc, std::string_view x, std::span<const std::string_view> c, int lanes) {
   const std::string a(acc), v(x);
-  std::string s = lanes16 ? "  __m512 " + a + " = _mm512_set1_ps(" + std::string(c[0]) + ");\n"
-                          : "  float " + a + " = " + std::string(c[0]) + ";\n";
+  if (lanes == 1) {
+    std::string s = "  float " + a + " = " + std::string(c[0]) + ";\n";
+    for (size_t i = 1; i < c.size(); ++i) s += "  " + a + " = " + a + " * " + v + " + " + std::string(c[i]) + ";\n";
+    return s;
+  }
+  const std::string T = lanes == 16 ? "__m512" : "__m256", pre = lanes == 16 ? "_mm512_" : "_mm256_";
+  std::string s = "  " + T + " " + a + " = " + pre + "set1_ps(" + std::string(c[0]) + ");\n";
   for (size_t i = 1; i < c.size(); ++i)
-    s += lanes16 ? "  " + a + " = _mm512_fmadd_ps(" + a + ", " + v + ", _mm512_set1_ps(" + std::string(c[i]) + "));\n"
-                 : "  " + a + " = " + a + " * " + v + " + " + std::string(c[i]) + ";\n";
+    s += "  " + a + " = " + pre + "fmadd_ps(" + a + ", " + v + ", " + pre + "set1_ps(" + std::string(c[i]) + "));\n";
   return s;
 }
 
@@ -125,7 +130,7 @@ std::string render_vector_math_helpers(const CDialect& dialect) {
          p +
          " float fusor_tanhf(float x) {\n"
          "  const float ax = x < 0.0f ? -x : x, s = x * x;\n" +
-         horner("q", "s", kTanhSmall, false) +
+         horner("q", "s", kTanhSmall, 1) +
          "  const float small = q * s * x + x;\n"
          "  const float big = 1.0f - 2.0f / (fusor_expf(2.0f * ax) + 1.0f);\n"
          "  const float y = ax < 0.625f ? small : (x < 0.0f ? -big : big);\n"
@@ -135,10 +140,10 @@ std::string render_vector_math_helpers(const CDialect& dialect) {
          p +
          " float fusor_erff(float x) {\n"
          "  const float ax = x < 0.0f ? -x : x, z = x * x;\n" +
-         horner("q", "z", kErfSmall, false) +
+         horner("q", "z", kErfSmall, 1) +
          "  const float small = x * q;\n"
          "  const float t = 1.0f / (1.0f + 0.3275911f * ax);\n" +
-         horner("u", "t", kErfLarge, false) +
+         horner("u", "t", kErfLarge, 1) +
          "  const float big = 1.0f - u * t * fusor_expf(-z);\n"
          "  return ax < 1.0f ? small : (x < 0.0f ? -big : big);\n"
          "}\n"
@@ -177,7 +182,7 @@ std::string render_avx512_math_helpers(const CDialect& dialect) {
          "                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);\n"
          "  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);\n"
          "  r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);\n" +
-         horner("q", "r", kExpHorner, true) +
+         horner("q", "r", kExpHorner, 16) +
          "  return _mm512_maskz_scalef_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.3f), _CMP_NLT_UQ), q, n);\n"
          "}\n" +
          "/* 2^x as 2^r * 2^floor(x), r = x - floor(x) in [0, 1): vreduceps gives r exactly and\n"
@@ -189,7 +194,7 @@ std::string render_avx512_math_helpers(const CDialect& dialect) {
          p +
          " __m512 fusor_exp2f16(__m512 x) {\n"
          "  const __m512 r = _mm512_reduce_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);\n" +
-         horner("q", "r", kExp2Horner, true) +
+         horner("q", "r", kExp2Horner, 16) +
          "  return _mm512_maskz_scalef_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(-126.0f), _CMP_NLT_UQ), q, x);\n"
          "}\n" +
          "/* tanh and erf as fusor_tanhf/fusor_erff, both branches computed and blended; the sign of\n"
@@ -198,7 +203,7 @@ std::string render_avx512_math_helpers(const CDialect& dialect) {
          "   (e^2|x| and e^-x^2; 9 instructions instead of 14): the product's rounding costs\n"
          "   relative accuracy of e only where the term it feeds is small in absolute terms. */\n" +
          p + " __m512 fusor_tanhf16(__m512 x) {\n" +
-         "  const __m512 ax = _mm512_abs_ps(x), s = _mm512_mul_ps(x, x);\n" + horner("q", "s", kTanhSmall, true) +
+         "  const __m512 ax = _mm512_abs_ps(x), s = _mm512_mul_ps(x, x);\n" + horner("q", "s", kTanhSmall, 16) +
          "  const __m512 small = _mm512_fmadd_ps(_mm512_mul_ps(q, s), x, x);\n"
          "  const __m512 one = _mm512_set1_ps(1.0f);\n"
          "  const __m512 e = fusor_exp2f16(_mm512_mul_ps(ax, _mm512_set1_ps(2.88539008177792681f)));\n"
@@ -209,11 +214,11 @@ std::string render_avx512_math_helpers(const CDialect& dialect) {
          "  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_EQ_OQ), y, x);\n"
          "}\n" +
          p + " __m512 fusor_erff16(__m512 x) {\n" + "  const __m512 ax = _mm512_abs_ps(x), z = _mm512_mul_ps(x, x);\n" +
-         horner("q", "z", kErfSmall, true) +
+         horner("q", "z", kErfSmall, 16) +
          "  const __m512 small = _mm512_mul_ps(x, q);\n"
          "  const __m512 t = _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_fmadd_ps(_mm512_set1_ps(0.3275911f), ax, "
          "_mm512_set1_ps(1.0f)));\n" +
-         horner("u", "t", kErfLarge, true) +
+         horner("u", "t", kErfLarge, 16) +
          "  const __m512 big = _mm512_fnmadd_ps(_mm512_mul_ps(u, t), fusor_exp2f16(_mm512_mul_ps(z, "
          "_mm512_set1_ps(-1.44269504088896341f))), _mm512_set1_ps(1.0f));\n"
          "  const __m512 sbig = _mm512_or_ps(big, _mm512_and_ps(x, _mm512_set1_ps(-0.0f)));\n"
@@ -232,6 +237,82 @@ std::string render_avx512_math_helpers(const CDialect& dialect) {
          "}\n"
          "#define fusor_fmaxf16(a, b) fusor_fmaxf16_(fusor_lanes16(a), fusor_lanes16(b))\n"
          "#define fusor_fminf16(a, b) fusor_fminf16_(fusor_lanes16(a), fusor_lanes16(b))\n";
+}
+
+const CDialect& c99_avx2_dialect() {
+  static const CDialect dialect{"c99_avx2",
+                                "restrict",
+                                "static inline",
+                                "",
+                                {{"expf", "fusor_expf8"},
+                                 {"tanhf", "fusor_tanhf8"},
+                                 {"erff", "fusor_erff8"},
+                                 {"fmaxf", "fusor_fmaxf8"},
+                                 {"fminf", "fusor_fminf8"}},
+                                "__m256",
+                                "_mm256_set1_ps"};
+  return dialect;
+}
+
+std::string render_avx2_math_helpers(const CDialect& dialect) {
+  const std::string p(dialect.helper_prefix);
+  // fusor_expf16 in AVX2: no vscalefps, so 2^n goes into the exponent field in two halves
+  // (n up to 128: e^89 must overflow to inf, not wrap), and below -87.3 an and-mask makes the
+  // result 0. NaN: vminps passes it through, q is NaN and so is the product.
+  return p +
+         " __m256 fusor_expf8(__m256 x) {\n"
+         "  const __m256 xc = _mm256_min_ps(_mm256_set1_ps(89.0f), x);\n"
+         "  const __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),\n"
+         "                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);\n"
+         "  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), xc);\n"
+         "  r = _mm256_fmadd_ps(n, _mm256_set1_ps(2.12194440e-4f), r);\n" +
+         horner("q", "r", kExpHorner, 8) +
+         "  const __m256i j = _mm256_cvtps_epi32(n), h = _mm256_srai_epi32(j, 1), bias = _mm256_set1_epi32(127);\n"
+         "  const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(h, bias), 23));\n"
+         "  const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(j, h), bias), "
+         "23));\n"
+         "  return _mm256_and_ps(_mm256_mul_ps(_mm256_mul_ps(q, s1), s2),\n"
+         "                       _mm256_cmp_ps(x, _mm256_set1_ps(-87.3f), _CMP_NLT_UQ));\n"
+         "}\n"
+         "/* tanh and erf as fusor_tanhf/fusor_erff (the same polynomials and exponentials), both\n"
+         "   branches computed and blended; the large-|x| branch takes x's sign, so tanh/erf(-0) = -0\n"
+         "   and (+-inf) = +-1; NaN stays NaN. */\n" +
+         p + " __m256 fusor_tanhf8(__m256 x) {\n" +
+         "  const __m256 sign = _mm256_set1_ps(-0.0f), one = _mm256_set1_ps(1.0f);\n"
+         "  const __m256 ax = _mm256_andnot_ps(sign, x), s = _mm256_mul_ps(x, x);\n" +
+         horner("q", "s", kTanhSmall, 8) +
+         "  const __m256 small = _mm256_fmadd_ps(_mm256_mul_ps(q, s), x, x);\n"
+         "  const __m256 e = fusor_expf8(_mm256_add_ps(ax, ax));\n"
+         "  const __m256 big = _mm256_sub_ps(one, _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(e, one)));\n"
+         "  const __m256 sbig = _mm256_or_ps(big, _mm256_and_ps(x, sign));\n"
+         "  const __m256 y = _mm256_blendv_ps(sbig, small, _mm256_cmp_ps(ax, _mm256_set1_ps(0.625f), _CMP_LT_OQ));\n"
+         "  return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_EQ_OQ));\n"
+         "}\n" +
+         p + " __m256 fusor_erff8(__m256 x) {\n" +
+         "  const __m256 sign = _mm256_set1_ps(-0.0f), one = _mm256_set1_ps(1.0f);\n"
+         "  const __m256 ax = _mm256_andnot_ps(sign, x), z = _mm256_mul_ps(x, x);\n" +
+         horner("q", "z", kErfSmall, 8) +
+         "  const __m256 small = _mm256_mul_ps(x, q);\n"
+         "  const __m256 t = _mm256_div_ps(one, _mm256_fmadd_ps(_mm256_set1_ps(0.3275911f), ax, one));\n" +
+         horner("u", "t", kErfLarge, 8) +
+         "  const __m256 e = fusor_expf8(_mm256_sub_ps(_mm256_setzero_ps(), z));\n"
+         "  const __m256 big = _mm256_fnmadd_ps(_mm256_mul_ps(u, t), e, one);\n"
+         "  const __m256 sbig = _mm256_or_ps(big, _mm256_and_ps(x, sign));\n"
+         "  return _mm256_blendv_ps(sbig, small, _mm256_cmp_ps(ax, one, _CMP_LT_OQ));\n"
+         "}\n"
+         "/* C99 fmaxf/fminf: a NaN operand yields the other one; vmaxps/vminps return b when either is.\n"
+         "   The macros broadcast a float operand (an op-table literal) to 8 lanes. */\n" +
+         p + " __m256 fusor_v8(__m256 x) { return x; }\n" +
+         "#define fusor_lanes8(x) _Generic((x), float: _mm256_set1_ps, default: fusor_v8)(x)\n" + p +
+         " __m256 fusor_fmaxf8_(__m256 a, __m256 b) {\n"
+         "  return _mm256_blendv_ps(_mm256_max_ps(a, b), a, _mm256_cmp_ps(b, b, _CMP_UNORD_Q));\n"
+         "}\n" +
+         p +
+         " __m256 fusor_fminf8_(__m256 a, __m256 b) {\n"
+         "  return _mm256_blendv_ps(_mm256_min_ps(a, b), a, _mm256_cmp_ps(b, b, _CMP_UNORD_Q));\n"
+         "}\n"
+         "#define fusor_fmaxf8(a, b) fusor_fmaxf8_(fusor_lanes8(a), fusor_lanes8(b))\n"
+         "#define fusor_fminf8(a, b) fusor_fminf8_(fusor_lanes8(a), fusor_lanes8(b))\n";
 }
 
 std::string float_literal(double value) {

@@ -240,6 +240,8 @@ Expected<KernelSource> emit_lane(const Region& region, const EmitOptions& option
     head += simd::edge_tiles_source(tuning.mr, tuning.avx2, simd::gemm_reads_in_place(*plan, ld, tuning));
   if (!tuning.avx2 && (gemm_kind || kind == RegionKind::attention || kind == RegionKind::pointwise))
     head += codegen::render_avx512_math_helpers(codegen::c99_avx512_dialect());
+  if (tuning.avx2 && kind == RegionKind::pointwise)
+    head += codegen::render_avx2_math_helpers(codegen::c99_avx2_dialect());
   if (kind == RegionKind::attention) head += simd::attention_pv_source(tuning);
   if (kind == RegionKind::pointwise || kind == RegionKind::pointwise_reduce) head += simd::pointwise_helpers();
   if (streaming) head += simd::stream_helpers(tuning.stream, tuning.avx2);

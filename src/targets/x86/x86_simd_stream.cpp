@@ -280,56 +280,75 @@ std::string pointwise_helpers() {
          "  return 1;\n}\n\n";
 }
 
+namespace {
+
+// The unit-stride loop over whole vectors of `lanes` floats (16: AVX-512, 8: AVX2) with the
+// vector dialect's helpers, masked at the tail. Four vectors per step, their statements
+// interleaved (render_dag_copies): one vector's chain through a sigmoid and a tanh (two
+// exponentials, two divides) is longer than the out-of-order window sees ahead, and four
+// overlap (Zen 5 VM, 16 lanes, in L2: 11.3 -> 7.7 ns per vector; 8 copies 6.7 ns in L2 but
+// slower from memory). Each input is prefetched 4 KiB ahead: at this loop's pace the hardware
+// prefetcher fell behind and the loads waited on memory (swish-gate DAG, 4096 x 4096, two
+// threads: 13.1 -> 6.9 ms with the prefetch alone, 5.1 ms with both; copy 3.6-4.0 ms).
+std::string pointwise_vector_loop(const PointwiseGraphRegion& r, int lanes) {
+  const bool wide = lanes == 16;
+  const auto& dialect = wide ? codegen::c99_avx512_dialect() : codegen::c99_avx2_dialect();
+  const int copies = 4;
+  const std::string L = std::to_string(lanes);
+  auto at = [&](const std::string& base, int c) { return base + " + i + " + std::to_string(lanes * c); };
+  std::string s = "  if (contiguous) {\n";
+  s += "    const int nt_out = fusor_stream_output(4.0 * (double)total);\n";
+  s += "    " + omp_parallel("total * 16") + "\n    {\n";
+  if (!wide) s += "    const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);\n";
+  s += "    #pragma omp for schedule(static)\n";
+  s += "    for (int64_t i = 0; i < total; i += " + std::to_string(lanes * copies) + ") {\n";
+  for (size_t in = 0; in < r.graph().input_names().size(); ++in)
+    for (int c = 0; c < copies; c += 16 / lanes) // one per 64-byte line
+      s += "      _mm_prefetch((const char*)(" + at("x" + std::to_string(in), c) + ") + 4096, _MM_HINT_T0);\n";
+  // Lanes of each vector inside the output: all, some (the tail) or none (past it).
+  for (int c = 0; c < copies; ++c) {
+    const std::string k = std::to_string(c), left = "(total - i - " + std::to_string(lanes * c) + ")";
+    s += "      const int64_t left" + k + " = " + left + " >= " + L + " ? " + L + " : " + left + " <= 0 ? 0 : " + left +
+         ";\n";
+    s += wide ? "      const __mmask16 m" + k + " = (__mmask16)((1u << left" + k + ") - 1u);\n"
+              : "      const __m256i m" + k + " = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)left" + k + "), iota);\n";
+  }
+  s += codegen::render_dag_copies(
+      dialect, r.graph(),
+      [&](int in, int c) {
+        const std::string m = "m" + std::to_string(c), x = at("x" + std::to_string(in), c);
+        return wide ? "_mm512_maskz_loadu_ps(" + m + ", " + x + ")" : "_mm256_maskload_ps(" + x + ", " + m + ")";
+      },
+      "v", "      ", copies);
+  // Streaming stores need the vector's alignment (a whole line for 16 lanes); masked stores
+  // only at the tail (AVX2's vmaskmovps store is slow on AMD).
+  for (int c = 0; c < copies; ++c) {
+    const std::string k = std::to_string(c), o = at("out", c), full = "left" + k + " == " + L;
+    s += "      if (nt_out && " + full + " && !((uintptr_t)(" + o + ") & " + (wide ? "63" : "31") + "))\n";
+    s += std::string("        ") + (wide ? "_mm512_stream_ps(" : "_mm256_stream_ps(") + o + ", v" + k + ");\n";
+    s += wide ? "      else\n        _mm512_mask_storeu_ps(" + o + ", m" + k + ", v" + k + ");\n"
+              : "      else if (" + full + ")\n        _mm256_storeu_ps(" + o + ", v" + k +
+                    ");\n      else\n        _mm256_maskstore_ps(" + o + ", m" + k + ", v" + k + ");\n";
+  }
+  s += "    }\n";
+  s += "    if (nt_out) _mm_sfence(); /* streaming stores are weakly ordered: drain before the join */\n";
+  s += "    }\n    return 0;\n  }\n";
+  return s;
+}
+
+} // namespace
+
 std::string pointwise_body(const PointwiseGraphRegion& r, bool avx2) {
   const auto& d = c99_simd_dialect();
   std::string s = pointwise_setup(r.graph().input_names().size(), "1", true);
   // Unit-stride inputs: one vector loop; broadcast inputs: the index arithmetic per element.
-  // When every op renders over __m512 the loop is written 16 lanes at a time (masked tail)
-  // with the AVX-512 helpers: the compiler-vectorised float loop if-converts both branches of
+  // When every op renders over the lane's vector type the loop is written a vector at a time
+  // with the vector helpers: the compiler-vectorised float loop if-converts both branches of
   // each scalar helper, about 2.5x the instructions for a sigmoid or tanh.
-  const auto& v16 = codegen::c99_avx512_dialect();
+  const auto& vec = avx2 ? codegen::c99_avx2_dialect() : codegen::c99_avx512_dialect();
   const auto& nodes = r.graph().nodes();
-  if (!avx2 && std::all_of(nodes.begin(), nodes.end(), [&](const auto& n) { return codegen::renders_in(v16, n.op); })) {
-    s += "  if (contiguous) {\n";
-    s += "    const int nt_out = fusor_stream_output(4.0 * (double)total);\n";
-    s += "    " + omp_parallel("total * 16") + "\n    {\n";
-    s += "    #pragma omp for schedule(static)\n";
-    // Four vectors per step, their statements interleaved (render_dag_copies): one vector's
-    // chain through a sigmoid and a tanh (two exponentials, two divides) is longer than the
-    // out-of-order window sees ahead, and four overlap (Zen 5 VM, in L2: 11.3 -> 7.7 ns per
-    // vector; 8 copies 6.7 ns in L2 but slower from memory). Each input is prefetched 4 KiB
-    // ahead: at this loop's pace the hardware prefetcher fell behind and the loads waited on
-    // memory (swish-gate DAG, 4096 x 4096, two threads: 13.1 -> 6.9 ms with the prefetch alone,
-    // 5.1 ms with both; copy 3.6-4.0 ms).
-    const int copies = 4;
-    const std::string W = std::to_string(16 * copies);
-    s += "    for (int64_t i = 0; i < total; i += " + W + ") {\n";
-    for (size_t in = 0; in < r.graph().input_names().size(); ++in)
-      for (int c = 0; c < copies; ++c)
-        s += "      _mm_prefetch((const char*)(x" + std::to_string(in) + " + i + " + std::to_string(16 * c) +
-             ") + 4096, _MM_HINT_T0);\n";
-    for (int c = 0; c < copies; ++c) {
-      const std::string k = std::to_string(c), left = "(total - i - " + std::to_string(16 * c) + ")";
-      s += "      const __mmask16 m" + k + " = " + left + " >= 16 ? (__mmask16)0xFFFF : " + left +
-           " <= 0 ? (__mmask16)0 : (__mmask16)((1u << " + left + ") - 1u);\n";
-    }
-    s += codegen::render_dag_copies(
-        v16, r.graph(),
-        [](int in, int c) {
-          const std::string k = std::to_string(c);
-          return "_mm512_maskz_loadu_ps(m" + k + ", x" + std::to_string(in) + " + i + " + std::to_string(16 * c) + ")";
-        },
-        "v", "      ", copies);
-    for (int c = 0; c < copies; ++c) {
-      const std::string k = std::to_string(c), at = "out + i + " + std::to_string(16 * c);
-      s += "      if (nt_out && m" + k + " == (__mmask16)0xFFFF && !((uintptr_t)(" + at + ") & 63))\n";
-      s += "        _mm512_stream_ps(" + at + ", v" + k + ");\n      else\n        _mm512_mask_storeu_ps(" + at +
-           ", m" + k + ", v" + k + ");\n";
-    }
-    s += "    }\n";
-    s += "    if (nt_out) _mm_sfence(); /* streaming stores are weakly ordered: drain before the join */\n";
-    s += "    }\n    return 0;\n  }\n";
-  }
+  if (std::all_of(nodes.begin(), nodes.end(), [&](const auto& n) { return codegen::renders_in(vec, n.op); }))
+    s += pointwise_vector_loop(r, avx2 ? 8 : 16);
   // Otherwise an output past the last-level cache is computed a chunk at a time into an L1
   // buffer, by the compiler-vectorised loop, and streamed out from there (as norm rows are).
   s += "  if (contiguous && fusor_stream_output(4.0 * (double)total)) {\n";

@@ -183,6 +183,9 @@ TEST(X86Avx2, RaggedShapesAndKBlocks) {
     expect_matches_reference(region, gemm(29, 300, 129), 16, 0.5, {{"ksub", ksub}, {"kc", "40"}});
   // B's packing with its prefetches off and 3 rows ahead (the last rows of every K block have none).
   for (const char* ahead : {"0", "3"}) expect_matches_reference(region, gemm(129, 300, 129), 14, 0.5, {{"bpf", ahead}});
+  // The last K block's tiles with and without their output and residual prefetches.
+  const Region res = region_of("fused { epilogue = [bias]; residual = true; storage = f16 }");
+  for (const char* epf : {"0", "1"}) expect_matches_reference(res, gemm(45, 300, 129), 17, 0.5, {{"epf", epf}});
 }
 
 // Narrow GEMMs read A and B in place (x86_simd's NarrowGemmReadsOperandsInPlace): the ymm

@@ -170,6 +170,22 @@ TEST(X86Simd, FusedRaggedShapes) {
     expect_matches_reference(region_of("gated { gate_act = silu; storage = bf16 }"), gemm(30, 300, 50), 15, 0.3,
                              {{"bpf", ahead}});
   }
+  // The last K block's tiles prefetch the output and residual rows they will touch (epf=1),
+  // or not; a 16-bit residual's rows are half as long. Results the same either way.
+  for (const char* storage : {"f32", "bf16"}) {
+    const Region res =
+        region_of(std::string("fused { epilogue = [bias, gelu]; residual = true; storage = ") + storage + " }");
+    for (const char* epf : {"0", "1"}) {
+      EmitOptions o;
+      o.options = {{"epf", epf}};
+      auto src = lane(RegionKind::fused)->emit(res, o);
+      ASSERT_TRUE(src.ok()) << src.error().str();
+      EXPECT_EQ(src->source.find("_mm_prefetch((const char*)(res + (r0 + r) * N + c0), _MM_HINT_T0)") !=
+                    std::string::npos,
+                epf[0] == '1');
+      expect_matches_reference(res, gemm(45, 300, 129), 17, 0.5, {{"epf", epf}, {"kc", "40"}});
+    }
+  }
 }
 
 TEST(X86Simd, MatmulAndGatedRagged) {

@@ -49,6 +49,10 @@ struct Tuning {
   // accumulators to the sums so far and starts again from zero (FUSOR_KSUB; 0: only at K
   // blocks), so a sum's rounding error grows with this length, not the K block's or K's.
   int ksub = 256;
+  // GEMM-rooted kinds on the zmm and ymm tiles: a tile of the last K block prefetches the
+  // output rows it will store (for writing) and the residual rows it will read before its
+  // micro-kernel runs, so the epilogue finds them in cache (0: no).
+  int epf = 1;
 };
 
 // `#pragma omp parallel<rest>` that runs on the calling thread alone while `work` (an

@@ -62,7 +62,8 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
                                       {"overlap", &simd::Tuning::overlap, 0, 1},
                                       {"stream", &simd::Tuning::stream, 0, 2},
                                       {"bpf", &simd::Tuning::bpf, 0, 256},
-                                      {"ksub", &simd::Tuning::ksub, 0, 1 << 16}};
+                                      {"ksub", &simd::Tuning::ksub, 0, 1 << 16},
+                                      {"epf", &simd::Tuning::epf, 0, 1}};
     const Knob* knob = nullptr;
     std::string names;
     for (const Knob& k : kKnobs) {
@@ -70,7 +71,7 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
       // The AMX tile is 32 rows; `exact` and `overlap` are AMX's, `stream` the streaming kinds',
       // `bpf` and `ksub` the zmm and ymm tiles' (AMX's packing prefetches its own way; its tiles
       // sum in their own order).
-      if (t.amx ? name == "mr" || name == "stream" || name == "bpf" || name == "ksub"
+      if (t.amx ? name == "mr" || name == "stream" || name == "bpf" || name == "ksub" || name == "epf"
                 : name == "exact" || name == "overlap")
         continue;
       names += (names.empty() ? "" : ", ") + name;

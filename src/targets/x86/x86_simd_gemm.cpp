@@ -546,6 +546,15 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
     return in_place ? "if (direct) fusor_ukr_direct(kc, ad, K, bd, ldb, " + args + ");\n                else " + packed
                     : packed;
   };
+  if (tuning.epf && !amx) {
+    s += "              if (last)\n                for (int64_t r = 0; r < rows; ++r) {\n";
+    s += "                  __builtin_prefetch(out + (r0 + r) * N + c0, 1, 3);\n"
+         "                  __builtin_prefetch(out + (r0 + r) * N + c0 + 16, 1, 3);\n";
+    if (plan.residual)
+      s += "                  _mm_prefetch((const char*)(res + (r0 + r) * N + c0), _MM_HINT_T0);\n"
+           "                  _mm_prefetch((const char*)(res + (r0 + r) * N + c0) + 64, _MM_HINT_T0);\n";
+    s += "                }\n";
+  }
   s += "              if (rows == FUSOR_MR && accw == 32) {\n";
   s += "                " + call("last ? tile : acc, last ? 32 : lacc, first ? NULL : acc, lacc");
   s += "                if (!last) continue;\n              } else {\n";

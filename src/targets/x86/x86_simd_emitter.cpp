@@ -69,8 +69,8 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
     for (const Knob& k : kKnobs) {
       const std::string name = k.name;
       // The AMX tile is 32 rows; `exact` and `overlap` are AMX's, `stream` the streaming kinds',
-      // `bpf` and `ksub` the zmm and ymm tiles' (AMX's packing prefetches its own way; its tiles
-      // sum in their own order).
+      // `bpf`, `ksub` and `epf` the zmm and ymm tiles' (AMX's packing prefetches its own way;
+      // its tiles sum in their own order and keep their own epilogue).
       if (t.amx ? name == "mr" || name == "stream" || name == "bpf" || name == "ksub" || name == "epf"
                 : name == "exact" || name == "overlap")
         continue;

@@ -778,6 +778,8 @@ int run(const Options& opt) {
       {"norm", "rmsnorm_residual_weight_4096x4096", [&] { return bench_norm("rmsnorm", 4096, 4096, opt); }});
   entries.push_back(
       {"norm", "layer_norm_weight_bias_4096x4096", [&] { return bench_norm("layer_norm", 4096, 4096, opt); }});
+  // (Not a listed target: a row softmax, e^x for every element, its exponential the cost.)
+  entries.push_back({"norm", "softmax_weight_bias_4096x4096", [&] { return bench_norm("softmax", 4096, 4096, opt); }});
   entries.push_back(
       {"pointwise", "pointwise_swish_gate_4096x4096", [&] { return bench_pointwise(false, 4096, 4096, opt); }});
   entries.push_back(

@@ -116,6 +116,7 @@ TEST(X86Avx2, KernelsBuildForHaswellWithoutAvx512) {
         "attention { scale = 0.125; causal = true }",
         "attention { scale = -0.3; causal = false; q_transposed = true; storage = f16 }",
         "norm_chain { norm = layer_norm; add_residual = true; weight = true; bias = true }",
+        "norm_chain { norm = softmax; weight = true; bias = true }",
         "pointwise { inputs = [x, g]; s = sigmoid(g); y = mul(x, s); t = tanh(y); u = gelu(t); output = u }",
         "pointwise_reduce { inputs = [x]; t0 = exp(x); output = t0; reduce = sum }"}) {
     const Region region = region_of(text);
@@ -140,7 +141,7 @@ TEST(X86Avx2, KernelsBuildForHaswellWithoutAvx512) {
     ++built;
   }
   fs::remove_all(dir);
-  EXPECT_EQ(built, 11);
+  EXPECT_EQ(built, 12);
 }
 
 TEST(X86Avx2, OracleVerifiesEveryKind) {

@@ -352,7 +352,13 @@ TEST(X86Simd, NormChainRowSplitAndIsolation) {
       for (Shape shape : std::vector<Shape>{{1, 1}, {1, 5}, {2, 3}, {3, 7}, {5, 129}, {33, 4099}})
         expect_matches_reference(region, elementwise(shape), 34, 1.0);
     }
-  for (const char* norm : {"rmsnorm", "layer_norm"}) {
+  // Softmax rows take e^x on 16 lanes (masked at a row's end: 37 = 2 x 16 + 5), not through
+  // the scalar helper.
+  auto softmax = lane(RegionKind::norm_chain)->emit(region_of("norm_chain { norm = softmax; weight = true }"), {});
+  ASSERT_TRUE(softmax.ok());
+  EXPECT_NE(softmax->source.find("fusor_expf16(d0_)"), std::string::npos);
+  EXPECT_EQ(softmax->source.find("fusor_expf(d"), std::string::npos);
+  for (const char* norm : {"rmsnorm", "layer_norm", "softmax"}) {
     const Region region =
         region_of(std::string("norm_chain { norm = ") + norm + "; add_residual = true; weight = true; bias = true }");
     auto operands = make_operands(region, elementwise({4, 37}), 35, 1.0);

@@ -200,7 +200,7 @@ std::string online_softmax_rescale(const std::string& exp_dm);
 std::string avx2_attention_pack_v(const StorageLoad& ld);
 std::string avx2_attention_softmax_row(float scale);
 std::string avx2_attention_pv(bool causal);
-std::string norm_chain_body(const NormChainRegion& region);
+std::string norm_chain_body(const NormChainRegion& region, bool avx2);
 // (avx2: no AVX-512 instruction; the 16-lane path gives way to the compiler-vectorised loop.)
 std::string pointwise_body(const PointwiseGraphRegion& region, bool avx2);
 std::string pointwise_reduce_body(const PointwiseReduceRegion& region);

@@ -212,7 +212,7 @@ Expected<KernelSource> emit_lane(const Region& region, const EmitOptions& option
   } else if (const auto* pr = std::get_if<PointwiseReduceRegion>(&region)) {
     body = simd::pointwise_reduce_body(*pr);
   } else if (const auto* n = std::get_if<NormChainRegion>(&region)) {
-    body = simd::norm_chain_body(*n);
+    body = simd::norm_chain_body(*n, tuning.avx2);
   }
 
   std::string head = "/* fusor kernel | region: " + print_region(region) + " | lane: " + std::string(lane) +
@@ -239,10 +239,10 @@ Expected<KernelSource> emit_lane(const Region& region, const EmitOptions& option
     head += simd::micro_kernel_source(tuning.mr, tuning.ksub);
   if (plan && !tuning.amx)
     head += simd::edge_tiles_source(tuning.mr, tuning.avx2, simd::gemm_reads_in_place(*plan, ld, tuning));
-  if (!tuning.avx2 && (gemm_kind || kind == RegionKind::attention || kind == RegionKind::pointwise))
+  const bool vector_math = kind == RegionKind::pointwise || kind == RegionKind::norm_chain;
+  if (!tuning.avx2 && (gemm_kind || kind == RegionKind::attention || vector_math))
     head += codegen::render_avx512_math_helpers(codegen::c99_avx512_dialect());
-  if (tuning.avx2 && kind == RegionKind::pointwise)
-    head += codegen::render_avx2_math_helpers(codegen::c99_avx2_dialect());
+  if (tuning.avx2 && vector_math) head += codegen::render_avx2_math_helpers(codegen::c99_avx2_dialect());
   if (kind == RegionKind::attention) head += simd::attention_pv_source(tuning);
   if (kind == RegionKind::pointwise || kind == RegionKind::pointwise_reduce) head += simd::pointwise_helpers();
   if (streaming) head += simd::stream_helpers(tuning.stream, tuning.avx2);

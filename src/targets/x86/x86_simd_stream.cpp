@@ -170,10 +170,13 @@ struct RowVector {
   std::string masked_load(const std::string& p) const {
     return lanes == 16 ? "_mm512_maskz_loadu_ps(m_, " + p + ")" : "_mm256_maskload_ps(" + p + ", m_)";
   }
+  // (AVX2's masked store, vmaskmovps, is slow on AMD: only a row's last vector takes it.)
   std::string masked_store(const std::string& p, const std::string& v) const {
     return lanes == 16 ? "_mm512_mask_storeu_ps(" + p + ", m_, " + v + ");"
-                       : "_mm256_maskstore_ps(" + p + ", m_, " + v + ");";
+                       : "if (left_ == 8) _mm256_storeu_ps(" + p + ", " + v + "); else _mm256_maskstore_ps(" + p +
+                             ", m_, " + v + ");";
   }
+
   // v with the lanes outside m_ zeroed.
   std::string masked(const std::string& v) const {
     return lanes == 16 ? "_mm512_maskz_mov_ps(m_, " + v + ")" : "_mm256_and_ps(" + v + ", _mm256_castsi256_ps(m_))";

@@ -311,86 +311,22 @@ TEST(X86Avx2, StreamingKindsAndStores) {
   }
 }
 
-// The 8-lane helpers (pointwise DAGs on this lane) keep the 16-lane ones' error bounds and
-// special values: the same polynomials, 2^n through the exponent field instead of vscalefps.
-std::vector<float> run_avx2(const std::string& expr, const std::vector<float>& xs) {
-  return testing::run_vector_expr(8, expr, xs);
-}
-
+// The 8-lane helpers (pointwise DAGs and softmax rows on this lane) keep the 16-lane ones'
+// error bounds and special values: the same polynomials, 2^n through the exponent field
+// instead of vscalefps.
 TEST(X86Avx2, VectorExp8ErrorBoundsAndSpecialValues) {
   REQUIRE_AVX2();
-  const auto ex = grid(-87.0, 88.7, 400001); // not a multiple of 8: the masked tail too
-  const auto e = measure(ex, run_avx2("fusor_expf8(v)", ex), [](double x) { return std::exp(x); });
-  std::printf("vector exp8: max rel err %.3g\n", e.max_rel);
-  EXPECT_LT(e.max_rel, 1.5e-7); // about 2.5 ulp
-  const float inf = INFINITY, nan = NAN;
-  const auto sv =
-      run_avx2("fusor_expf8(v)", {nan, inf, -inf, 0.0f, -0.0f, 100.0f, -200.0f, 89.0f, -104.5f, -87.5f, -87.2f, 88.7f});
-  ASSERT_EQ(sv.size(), 12u);
-  EXPECT_TRUE(std::isnan(sv[0]));
-  EXPECT_EQ(sv[1], inf);
-  EXPECT_EQ(sv[2], 0.0f);
-  EXPECT_EQ(sv[3], 1.0f);
-  EXPECT_EQ(sv[4], 1.0f);
-  EXPECT_EQ(sv[5], inf);
-  EXPECT_EQ(sv[6], 0.0f);
-  EXPECT_EQ(sv[7], inf); // e^89 > FLT_MAX: 2^128 in two halves overflows, never wraps
-  EXPECT_EQ(sv[8], 0.0f);
-  EXPECT_EQ(sv[9], 0.0f); // below FLT_MIN: 0, never a (slow) denormal
-  EXPECT_GE(sv[10], FLT_MIN);
-  EXPECT_NEAR(sv[11] / std::exp(static_cast<double>(88.7f)), 1.0,
-              1.5e-7); // n = 128: the largest scale that stays finite
+  testing::expect_vector_exp(8);
 }
 
 TEST(X86Avx2, VectorTanhErf8ErrorBoundsAndSpecialValues) {
   REQUIRE_AVX2();
-  const auto tx = grid(-12.0, 12.0, 400001);
-  const auto t = measure(tx, run_avx2("fusor_tanhf8(v)", tx), [](double x) { return std::tanh(x); });
-  const auto rx = grid(-6.0, 6.0, 400001);
-  const auto r = measure(rx, run_avx2("fusor_erff8(v)", rx), [](double x) { return std::erf(x); });
-  std::printf("vector tanh8: max abs err %.3g, max rel err %.3g\nvector erf8: max abs err %.3g\n", t.max_abs, t.max_rel,
-              r.max_abs);
-  EXPECT_LT(t.max_abs, 3e-7); // the scalar helpers' bounds: the same polynomials
-  EXPECT_LT(t.max_rel, 1e-6);
-  EXPECT_LT(r.max_abs, 5e-7);
-  const float inf = INFINITY, nan = NAN;
-  const std::vector<float> xs{nan, inf, -inf, 0.0f, -0.0f, 100.0f, -100.0f, 1e-30f, -0.7f};
-  for (const char* fn : {"fusor_tanhf8(v)", "fusor_erff8(v)"}) {
-    const auto y = run_avx2(fn, xs);
-    ASSERT_EQ(y.size(), xs.size());
-    EXPECT_TRUE(std::isnan(y[0])) << fn;
-    EXPECT_EQ(y[1], 1.0f) << fn;
-    EXPECT_EQ(y[2], -1.0f) << fn;
-    EXPECT_EQ(y[3], 0.0f) << fn;
-    EXPECT_TRUE(std::signbit(y[4])) << fn << ": f(-0) = -0";
-    EXPECT_EQ(y[5], 1.0f) << fn;
-    EXPECT_EQ(y[6], -1.0f) << fn;
-    EXPECT_LT(y[8], 0.0f) << fn;
-  }
-  EXPECT_EQ(run_avx2("fusor_tanhf8(v)", xs)[7], 1e-30f);
+  testing::expect_vector_tanh_erf(8);
 }
 
-// fmaxf/fminf over 8 lanes keep C99's rule (a NaN operand yields the other operand) with
-// either operand a vector or an op-table float literal.
 TEST(X86Avx2, VectorMinMax8NaNRule) {
   REQUIRE_AVX2();
-  const float inf = INFINITY, nan = NAN;
-  const std::vector<float> xs{nan, -inf, -100.0f, -80.0f, 0.0f, 3.0f, inf};
-  const auto mx = run_avx2("fusor_fmaxf8(v, -80.0f)", xs);
-  const auto mxr = run_avx2("fusor_fmaxf8(-80.0f, v)", xs);
-  const auto mn = run_avx2("fusor_fminf8(v, 2.0f)", xs);
-  const auto nn = run_avx2("fusor_fmaxf8(v, v * 0.0f + NAN)", xs);
-  ASSERT_EQ(mx.size(), xs.size());
-  for (std::size_t i = 0; i < xs.size(); ++i) {
-    const float x = xs[i];
-    EXPECT_EQ(mx[i], std::fmax(x, -80.0f)) << x;
-    EXPECT_EQ(mxr[i], std::fmax(-80.0f, x)) << x;
-    EXPECT_EQ(mn[i], std::fmin(x, 2.0f)) << x;
-    if (std::isnan(x))
-      EXPECT_TRUE(std::isnan(nn[i]));
-    else
-      EXPECT_EQ(nn[i], x);
-  }
+  testing::expect_vector_minmax_nan_rule(8);
 }
 
 // A DAG whose ops all have 8-lane spellings (gelu: fmaxf with a literal) runs four vectors a

@@ -474,25 +474,7 @@ std::vector<float> run_avx512(const std::string& expr, const std::vector<float>&
 
 TEST(X86Simd, VectorExp16ErrorBoundsAndSpecialValues) {
   REQUIRE_AVX512();
-  const auto ex = grid(-87.0, 88.7, 400001); // not a multiple of 16: the masked tail too
-  const auto e = measure(ex, run_avx512("fusor_expf16(v)", ex), [](double x) { return std::exp(x); });
-  std::printf("vector exp16: max rel err %.3g\n", e.max_rel);
-  EXPECT_LT(e.max_rel, 1.5e-7); // about 2.5 ulp
-  const float inf = INFINITY, nan = NAN;
-  const auto sv =
-      run_avx512("fusor_expf16(v)", {nan, inf, -inf, 0.0f, -0.0f, 100.0f, -200.0f, 89.0f, -104.5f, -87.5f, -87.2f});
-  ASSERT_EQ(sv.size(), 11u);
-  EXPECT_TRUE(std::isnan(sv[0]));
-  EXPECT_EQ(sv[1], inf);
-  EXPECT_EQ(sv[2], 0.0f);
-  EXPECT_EQ(sv[3], 1.0f);
-  EXPECT_EQ(sv[4], 1.0f);
-  EXPECT_EQ(sv[5], inf);
-  EXPECT_EQ(sv[6], 0.0f);
-  EXPECT_EQ(sv[7], inf); // e^89 > FLT_MAX
-  EXPECT_EQ(sv[8], 0.0f);
-  EXPECT_EQ(sv[9], 0.0f); // below FLT_MIN: 0, never a (slow) denormal
-  EXPECT_GE(sv[10], FLT_MIN);
+  testing::expect_vector_exp(16);
 }
 
 // 2^x without the Cody-Waite split (attention's softmax, log2 e folded into its scale).
@@ -525,30 +507,7 @@ TEST(X86Simd, VectorExp2_16ErrorBoundsAndSpecialValues) {
 
 TEST(X86Simd, VectorTanhErf16ErrorBoundsAndSpecialValues) {
   REQUIRE_AVX512();
-  const auto tx = grid(-12.0, 12.0, 400001);
-  const auto t = measure(tx, run_avx512("fusor_tanhf16(v)", tx), [](double x) { return std::tanh(x); });
-  const auto rx = grid(-6.0, 6.0, 400001);
-  const auto r = measure(rx, run_avx512("fusor_erff16(v)", rx), [](double x) { return std::erf(x); });
-  std::printf("vector tanh16: max abs err %.3g, max rel err %.3g\nvector erf16: max abs err %.3g\n", t.max_abs,
-              t.max_rel, r.max_abs);
-  EXPECT_LT(t.max_abs, 3e-7); // the scalar helpers' bounds: the same polynomials
-  EXPECT_LT(t.max_rel, 1e-6);
-  EXPECT_LT(r.max_abs, 5e-7);
-  const float inf = INFINITY, nan = NAN;
-  const std::vector<float> xs{nan, inf, -inf, 0.0f, -0.0f, 100.0f, -100.0f, 1e-30f, -0.7f};
-  for (const char* fn : {"fusor_tanhf16(v)", "fusor_erff16(v)"}) {
-    const auto y = run_avx512(fn, xs);
-    ASSERT_EQ(y.size(), xs.size());
-    EXPECT_TRUE(std::isnan(y[0])) << fn;
-    EXPECT_EQ(y[1], 1.0f) << fn;
-    EXPECT_EQ(y[2], -1.0f) << fn;
-    EXPECT_EQ(y[3], 0.0f) << fn;
-    EXPECT_TRUE(std::signbit(y[4])) << fn << ": f(-0) = -0";
-    EXPECT_EQ(y[5], 1.0f) << fn;
-    EXPECT_EQ(y[6], -1.0f) << fn;
-    EXPECT_LT(y[8], 0.0f) << fn;
-  }
-  EXPECT_EQ(run_avx512("fusor_tanhf16(v)", xs)[7], 1e-30f);
+  testing::expect_vector_tanh_erf(16);
 }
 
 // A pointwise DAG whose ops all render over __m512 runs 16 lanes at a time with a masked
@@ -578,27 +537,10 @@ TEST(X86Simd, PointwiseVectorPath) {
   expect_verified(region);
 }
 
-// fmaxf/fminf over 16 lanes keep C99's rule (a NaN operand yields the other operand) with
-// either operand a vector or an op-table float literal.
+// fmaxf/fminf over 16 lanes keep C99's NaN rule.
 TEST(X86Simd, VectorMinMax16NaNRule) {
   REQUIRE_AVX512();
-  const float inf = INFINITY, nan = NAN;
-  const std::vector<float> xs{nan, -inf, -100.0f, -80.0f, 0.0f, 3.0f, inf};
-  const auto mx = run_avx512("fusor_fmaxf16(v, -80.0f)", xs);
-  const auto mxr = run_avx512("fusor_fmaxf16(-80.0f, v)", xs);
-  const auto mn = run_avx512("fusor_fminf16(v, 2.0f)", xs);
-  const auto nn = run_avx512("fusor_fmaxf16(v, v * 0.0f + NAN)", xs);
-  ASSERT_EQ(mx.size(), xs.size());
-  for (std::size_t i = 0; i < xs.size(); ++i) {
-    const float x = xs[i];
-    EXPECT_EQ(mx[i], std::fmax(x, -80.0f)) << x;
-    EXPECT_EQ(mxr[i], std::fmax(-80.0f, x)) << x;
-    EXPECT_EQ(mn[i], std::fmin(x, 2.0f)) << x;
-    if (std::isnan(x))
-      EXPECT_TRUE(std::isnan(nn[i]));
-    else
-      EXPECT_EQ(nn[i], x);
-  }
+  testing::expect_vector_minmax_nan_rule(16);
 }
 
 TEST(X86Simd, VectorMathSpecialValues) {

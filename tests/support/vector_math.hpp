@@ -6,8 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -80,6 +82,86 @@ inline std::vector<float> run_vector_expr(int lanes, const std::string& expr, co
   const std::int64_t dims[] = {static_cast<std::int64_t>(xs.size())};
   EXPECT_EQ(reinterpret_cast<Fn>(*sym)(ops, out.data(), dims), 0);
   return out;
+}
+
+// `fusor_expf<lanes>`: within 1.5e-7 relative of e^x on [-87, 88.7] (a grid that is not a
+// multiple of the width, so the masked tail runs too), and C99's special values, with results
+// below FLT_MIN flushed to 0 (never a slow denormal).
+inline void expect_vector_exp(int lanes) {
+  const std::string fn = "fusor_expf" + std::to_string(lanes) + "(v)";
+  const auto ex = grid(-87.0, 88.7, 400001);
+  const auto e = measure(ex, run_vector_expr(lanes, fn, ex), [](double x) { return std::exp(x); });
+  std::printf("%s: max rel err %.3g\n", fn.c_str(), e.max_rel);
+  EXPECT_LT(e.max_rel, 1.5e-7); // about 2.5 ulp
+  const float inf = INFINITY, nan = NAN;
+  const auto sv =
+      run_vector_expr(lanes, fn, {nan, inf, -inf, 0.0f, -0.0f, 100.0f, -200.0f, 89.0f, -104.5f, -87.5f, -87.2f, 88.7f});
+  ASSERT_EQ(sv.size(), 12u);
+  EXPECT_TRUE(std::isnan(sv[0]));
+  EXPECT_EQ(sv[1], inf);
+  EXPECT_EQ(sv[2], 0.0f);
+  EXPECT_EQ(sv[3], 1.0f);
+  EXPECT_EQ(sv[4], 1.0f);
+  EXPECT_EQ(sv[5], inf);
+  EXPECT_EQ(sv[6], 0.0f);
+  EXPECT_EQ(sv[7], inf); // e^89 > FLT_MAX
+  EXPECT_EQ(sv[8], 0.0f);
+  EXPECT_EQ(sv[9], 0.0f); // below FLT_MIN: 0, never a (slow) denormal
+  EXPECT_GE(sv[10], FLT_MIN);
+  EXPECT_NEAR(sv[11] / std::exp(static_cast<double>(88.7f)), 1.0, 1.5e-7); // the largest scale that stays finite
+}
+
+// `fusor_tanhf<lanes>` and `fusor_erff<lanes>`: the scalar helpers' bounds (the same
+// polynomials), +-1 at +-inf, NaN kept, the sign of zero kept.
+inline void expect_vector_tanh_erf(int lanes) {
+  const std::string w = std::to_string(lanes), tanh_fn = "fusor_tanhf" + w + "(v)", erf_fn = "fusor_erff" + w + "(v)";
+  const auto tx = grid(-12.0, 12.0, 400001);
+  const auto t = measure(tx, run_vector_expr(lanes, tanh_fn, tx), [](double x) { return std::tanh(x); });
+  const auto rx = grid(-6.0, 6.0, 400001);
+  const auto r = measure(rx, run_vector_expr(lanes, erf_fn, rx), [](double x) { return std::erf(x); });
+  std::printf("%s: max abs err %.3g, max rel err %.3g\n%s: max abs err %.3g\n", tanh_fn.c_str(), t.max_abs, t.max_rel,
+              erf_fn.c_str(), r.max_abs);
+  EXPECT_LT(t.max_abs, 3e-7);
+  EXPECT_LT(t.max_rel, 1e-6);
+  EXPECT_LT(r.max_abs, 5e-7);
+  const float inf = INFINITY, nan = NAN;
+  const std::vector<float> xs{nan, inf, -inf, 0.0f, -0.0f, 100.0f, -100.0f, 1e-30f, -0.7f};
+  for (const std::string& fn : {tanh_fn, erf_fn}) {
+    const auto y = run_vector_expr(lanes, fn, xs);
+    ASSERT_EQ(y.size(), xs.size());
+    EXPECT_TRUE(std::isnan(y[0])) << fn;
+    EXPECT_EQ(y[1], 1.0f) << fn;
+    EXPECT_EQ(y[2], -1.0f) << fn;
+    EXPECT_EQ(y[3], 0.0f) << fn;
+    EXPECT_TRUE(std::signbit(y[4])) << fn << ": f(-0) = -0";
+    EXPECT_EQ(y[5], 1.0f) << fn;
+    EXPECT_EQ(y[6], -1.0f) << fn;
+    EXPECT_LT(y[8], 0.0f) << fn;
+  }
+  EXPECT_EQ(run_vector_expr(lanes, tanh_fn, xs)[7], 1e-30f);
+}
+
+// `fusor_fmaxf<lanes>`/`fusor_fminf<lanes>` keep C99's rule (a NaN operand yields the other
+// operand) with either operand a vector or an op-table float literal.
+inline void expect_vector_minmax_nan_rule(int lanes) {
+  const std::string w = std::to_string(lanes), mx_fn = "fusor_fmaxf" + w, mn_fn = "fusor_fminf" + w;
+  const float inf = INFINITY, nan = NAN;
+  const std::vector<float> xs{nan, -inf, -100.0f, -80.0f, 0.0f, 3.0f, inf};
+  const auto mx = run_vector_expr(lanes, mx_fn + "(v, -80.0f)", xs);
+  const auto mxr = run_vector_expr(lanes, mx_fn + "(-80.0f, v)", xs);
+  const auto mn = run_vector_expr(lanes, mn_fn + "(v, 2.0f)", xs);
+  const auto nn = run_vector_expr(lanes, mx_fn + "(v, v * 0.0f + NAN)", xs);
+  ASSERT_EQ(mx.size(), xs.size());
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    const float x = xs[i];
+    EXPECT_EQ(mx[i], std::fmax(x, -80.0f)) << x;
+    EXPECT_EQ(mxr[i], std::fmax(-80.0f, x)) << x;
+    EXPECT_EQ(mn[i], std::fmin(x, 2.0f)) << x;
+    if (std::isnan(x))
+      EXPECT_TRUE(std::isnan(nn[i]));
+    else
+      EXPECT_EQ(nn[i], x);
+  }
 }
 
 } // namespace fusor::testing

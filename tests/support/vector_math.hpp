@@ -10,10 +10,13 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <iterator>
 #include <string>
 #include <vector>
 
 #include "codegen/c_renderer.hpp"
+#include "fusor/operand_gen.hpp"
+#include "fusor/reference.hpp"
 #include "fusor/toolchain.hpp"
 #include "support/x86_lanes.hpp"
 
@@ -162,6 +165,24 @@ inline void expect_vector_minmax_nan_rule(int lanes) {
     else
       EXPECT_EQ(nn[i], x);
   }
+}
+
+// A two-input pointwise DAG on `lane` with special values (NaN, +-inf, +-0, +-1e30) spread
+// over both inputs matches the reference.
+inline void expect_dag_specials_match_reference(const Region& region, const Candidate* lane) {
+  auto operands = make_operands(region, elementwise({37}), 37, 1.0);
+  const float inf = INFINITY, nan = NAN;
+  const float specials[] = {nan, inf, -inf, 0.0f, -0.0f, 1e30f, -1e30f};
+  for (size_t i = 0; i < std::size(specials); ++i) operands[i % 2].data[i * 5] = specials[i];
+  auto ref = evaluate_reference(region, operands);
+  ASSERT_TRUE(ref.ok()) << ref.error().str();
+  ExecuteOptions o;
+  o.candidate = lane;
+  o.reference_fallback = false;
+  auto out = execute_on_target(x86(), region, operands, o);
+  ASSERT_TRUE(out.ok()) << out.error().str();
+  EXPECT_EQ(out->tag, lane->name);
+  EXPECT_TRUE(all_close(out->output, *ref));
 }
 
 } // namespace fusor::testing

@@ -151,32 +151,32 @@ std::string row_norm_simd(RowNorm norm, const std::string& src, const std::strin
 
 namespace {
 
-// The spellings of one vector width for the row passes below: 16 lanes (AVX-512) or 8 (AVX2).
-struct RowVector {
+// The spellings of one vector width for the explicit vector loops below (norm rows, pointwise
+// DAGs): 16 lanes (AVX-512) or 8 (AVX2). A vector's mask is `m<k>` for the `left<k>` lanes of
+// it inside the data (0..lanes).
+struct LaneVector {
   int lanes;
   std::string T, zero, set1, L;
-  explicit RowVector(bool avx2)
+  explicit LaneVector(bool avx2)
       : lanes(avx2 ? 8 : 16), T(avx2 ? "__m256" : "__m512"), zero(avx2 ? "_mm256_setzero_ps()" : "_mm512_setzero_ps()"),
         set1(avx2 ? "_mm256_set1_ps" : "_mm512_set1_ps"), L(avx2 ? "8" : "16") {}
-  // `m_` for `left` (1..lanes) lanes.
-  std::string mask(const std::string& left) const {
-    return lanes == 16 ? "const __mmask16 m_ = (__mmask16)((1u << " + left + ") - 1u);"
-                       : "const __m256i m_ = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)" + left +
+  std::string mask(const std::string& k = "_") const {
+    return lanes == 16 ? "const __mmask16 m" + k + " = (__mmask16)((1u << left" + k + ") - 1u);"
+                       : "const __m256i m" + k + " = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)left" + k +
                              "), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));";
   }
   std::string load(const std::string& p) const {
     return lanes == 16 ? "_mm512_loadu_ps(" + p + ")" : "_mm256_loadu_ps(" + p + ")";
   }
-  std::string masked_load(const std::string& p) const {
-    return lanes == 16 ? "_mm512_maskz_loadu_ps(m_, " + p + ")" : "_mm256_maskload_ps(" + p + ", m_)";
+  std::string masked_load(const std::string& p, const std::string& k = "_") const {
+    return lanes == 16 ? "_mm512_maskz_loadu_ps(m" + k + ", " + p + ")" : "_mm256_maskload_ps(" + p + ", m" + k + ")";
   }
-  // (AVX2's masked store, vmaskmovps, is slow on AMD: only a row's last vector takes it.)
-  std::string masked_store(const std::string& p, const std::string& v) const {
-    return lanes == 16 ? "_mm512_mask_storeu_ps(" + p + ", m_, " + v + ");"
-                       : "if (left_ == 8) _mm256_storeu_ps(" + p + ", " + v + "); else _mm256_maskstore_ps(" + p +
-                             ", m_, " + v + ");";
+  // (AVX2's masked store, vmaskmovps, is slow on AMD: only a tail's vector takes it.)
+  std::string masked_store(const std::string& p, const std::string& v, const std::string& k = "_") const {
+    return lanes == 16 ? "_mm512_mask_storeu_ps(" + p + ", m" + k + ", " + v + ");"
+                       : "if (left" + k + " == 8) _mm256_storeu_ps(" + p + ", " + v + "); else _mm256_maskstore_ps(" +
+                             p + ", m" + k + ", " + v + ");";
   }
-
   // v with the lanes outside m_ zeroed.
   std::string masked(const std::string& v) const {
     return lanes == 16 ? "_mm512_maskz_mov_ps(m_, " + v + ")" : "_mm256_and_ps(" + v + ", _mm256_castsi256_ps(m_))";
@@ -194,7 +194,7 @@ bool vector_rows(RowNorm norm) { return norm == RowNorm::softmax; }
 
 // `acc` = the sum over src[0, n) of the table's accumulate of (src[j] - c_), four vectors a
 // step (four independent chains), the tail masked.
-std::string vector_sum(RowNorm norm, const RowVector& v, const std::string& acc, const std::string& src,
+std::string vector_sum(RowNorm norm, const LaneVector& v, const std::string& acc, const std::string& src,
                        const std::string& n, const std::string& in) {
   const std::string W = std::to_string(4 * v.lanes);
   auto term = [&](const std::string& d) { return codegen::render_row_norm_accumulate(v.dialect(), norm, d); };
@@ -210,7 +210,7 @@ std::string vector_sum(RowNorm norm, const RowVector& v, const std::string& acc,
   s += in + "  }\n";
   s += in + "  for (; j_ < " + n + "; j_ += " + v.L + ") {\n";
   s += in + "    const int64_t left_ = " + n + " - j_ < " + v.L + " ? " + n + " - j_ : " + v.L + ";\n";
-  s += in + "    " + v.mask("left_") + "\n";
+  s += in + "    " + v.mask() + "\n";
   s += in + "    const " + v.T + " d0_ = " + v.masked_load(src + " + j_") + " - cv_;\n";
   s += in + "    a0_ += " + v.masked(term("d0_")) + ";\n"; // (e^(0 - c) of the lanes past n: dropped)
   s += in + "  }\n";
@@ -222,12 +222,12 @@ std::string vector_sum(RowNorm norm, const RowVector& v, const std::string& acc,
 
 // One output chunk, od_[0, jn_) = the table's output of (src[j0_ + jj_] - c_) times the
 // optional gamma, plus beta, a vector at a time.
-std::string vector_output(RowNorm norm, const RowVector& v, const std::string& src, bool gamma, bool beta,
+std::string vector_output(RowNorm norm, const LaneVector& v, const std::string& src, bool gamma, bool beta,
                           const std::string& in) {
   std::string s = in + "{\n" + in + "  const " + v.T + " cv_ = " + v.set1 + "(c_), rv_ = " + v.set1 + "(r_);\n";
   s += in + "  for (int64_t jj_ = 0; jj_ < jn_; jj_ += " + v.L + ") {\n";
   s += in + "    const int64_t j_ = j0_ + jj_, left_ = jn_ - jj_ < " + v.L + " ? jn_ - jj_ : " + v.L + ";\n";
-  s += in + "    " + v.mask("left_") + "\n";
+  s += in + "    " + v.mask() + "\n";
   s += in + "    const " + v.T + " d_ = " + v.masked_load(src + " + j_") + " - cv_;\n";
   s += in + "    " + v.T + " v_ = " + codegen::render_row_norm_output(v.dialect(), norm, "d_", "rv_") + ";\n";
   if (gamma)
@@ -251,7 +251,7 @@ std::string vector_output(RowNorm norm, const RowVector& v, const std::string& s
 // staged, as two staging rows, gamma and three streams overflow L1.
 std::string norm_chain_body(const NormChainRegion& r, bool avx2) {
   const auto& d = c99_simd_dialect();
-  const RowVector vec(avx2);
+  const LaneVector vec(avx2);
   const bool vrows = vector_rows(r.norm());
   const RowNormInfo& info = row_norm_info(r.norm());
   const bool staged = r.add_residual(); // x + residual is staged in L1; otherwise rows are read in place
@@ -392,16 +392,12 @@ namespace {
 // slower from memory). Each input is prefetched 4 KiB ahead: at this loop's pace the hardware
 // prefetcher fell behind and the loads waited on memory (swish-gate DAG, 4096 x 4096, two
 // threads: 13.1 -> 6.9 ms with the prefetch alone, 5.1 ms with both; copy 3.6-4.0 ms).
-std::string pointwise_vector_loop(const PointwiseGraphRegion& r, int lanes) {
-  const bool wide = lanes == 16;
-  const auto& dialect = wide ? codegen::c99_avx512_dialect() : codegen::c99_avx2_dialect();
-  const int copies = 4;
-  const std::string L = std::to_string(lanes);
+std::string pointwise_vector_loop(const PointwiseGraphRegion& r, const LaneVector& v) {
+  const int copies = 4, lanes = v.lanes;
   auto at = [&](const std::string& base, int c) { return base + " + i + " + std::to_string(lanes * c); };
   std::string s = "  if (contiguous) {\n";
   s += "    const int nt_out = fusor_stream_output(4.0 * (double)total);\n";
   s += "    " + omp_parallel("total * 16") + "\n    {\n";
-  if (!wide) s += "    const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);\n";
   s += "    #pragma omp for schedule(static)\n";
   s += "    for (int64_t i = 0; i < total; i += " + std::to_string(lanes * copies) + ") {\n";
   for (size_t in = 0; in < r.graph().input_names().size(); ++in)
@@ -410,27 +406,21 @@ std::string pointwise_vector_loop(const PointwiseGraphRegion& r, int lanes) {
   // Lanes of each vector inside the output: all, some (the tail) or none (past it).
   for (int c = 0; c < copies; ++c) {
     const std::string k = std::to_string(c), left = "(total - i - " + std::to_string(lanes * c) + ")";
-    s += "      const int64_t left" + k + " = " + left + " >= " + L + " ? " + L + " : " + left + " <= 0 ? 0 : " + left +
-         ";\n";
-    s += wide ? "      const __mmask16 m" + k + " = (__mmask16)((1u << left" + k + ") - 1u);\n"
-              : "      const __m256i m" + k + " = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)left" + k + "), iota);\n";
+    s += "      const int64_t left" + k + " = " + left + " >= " + v.L + " ? " + v.L + " : " + left +
+         " <= 0 ? 0 : " + left + ";\n";
+    s += "      " + v.mask(k) + "\n";
   }
   s += codegen::render_dag_copies(
-      dialect, r.graph(),
-      [&](int in, int c) {
-        const std::string m = "m" + std::to_string(c), x = at("x" + std::to_string(in), c);
-        return wide ? "_mm512_maskz_loadu_ps(" + m + ", " + x + ")" : "_mm256_maskload_ps(" + x + ", " + m + ")";
-      },
-      "v", "      ", copies);
-  // Streaming stores need the vector's alignment (a whole line for 16 lanes); masked stores
-  // only at the tail (AVX2's vmaskmovps store is slow on AMD).
+      v.dialect(), r.graph(),
+      [&](int in, int c) { return v.masked_load(at("x" + std::to_string(in), c), std::to_string(c)); }, "v", "      ",
+      copies);
+  // Streaming stores need the vector's alignment (a whole line for 16 lanes).
   for (int c = 0; c < copies; ++c) {
-    const std::string k = std::to_string(c), o = at("out", c), full = "left" + k + " == " + L;
-    s += "      if (nt_out && " + full + " && !((uintptr_t)(" + o + ") & " + (wide ? "63" : "31") + "))\n";
-    s += std::string("        ") + (wide ? "_mm512_stream_ps(" : "_mm256_stream_ps(") + o + ", v" + k + ");\n";
-    s += wide ? "      else\n        _mm512_mask_storeu_ps(" + o + ", m" + k + ", v" + k + ");\n"
-              : "      else if (" + full + ")\n        _mm256_storeu_ps(" + o + ", v" + k +
-                    ");\n      else\n        _mm256_maskstore_ps(" + o + ", m" + k + ", v" + k + ");\n";
+    const std::string k = std::to_string(c), o = at("out", c);
+    s += "      if (nt_out && left" + k + " == " + v.L + " && !((uintptr_t)(" + o + ") & " +
+         (lanes == 16 ? "63" : "31") + "))\n";
+    s += std::string("        ") + (lanes == 16 ? "_mm512_stream_ps(" : "_mm256_stream_ps(") + o + ", v" + k + ");\n";
+    s += "      else\n        " + v.masked_store(o, "v" + k, k) + "\n";
   }
   s += "    }\n";
   s += "    if (nt_out) _mm_sfence(); /* streaming stores are weakly ordered: drain before the join */\n";
@@ -447,10 +437,10 @@ std::string pointwise_body(const PointwiseGraphRegion& r, bool avx2) {
   // When every op renders over the lane's vector type the loop is written a vector at a time
   // with the vector helpers: the compiler-vectorised float loop if-converts both branches of
   // each scalar helper, about 2.5x the instructions for a sigmoid or tanh.
-  const auto& vec = avx2 ? codegen::c99_avx2_dialect() : codegen::c99_avx512_dialect();
+  const LaneVector vec(avx2);
   const auto& nodes = r.graph().nodes();
-  if (std::all_of(nodes.begin(), nodes.end(), [&](const auto& n) { return codegen::renders_in(vec, n.op); }))
-    s += pointwise_vector_loop(r, avx2 ? 8 : 16);
+  if (std::all_of(nodes.begin(), nodes.end(), [&](const auto& n) { return codegen::renders_in(vec.dialect(), n.op); }))
+    s += pointwise_vector_loop(r, vec);
   // Otherwise an output past the last-level cache is computed a chunk at a time into an L1
   // buffer, by the compiler-vectorised loop, and streamed out from there (as norm rows are).
   s += "  if (contiguous && fusor_stream_output(4.0 * (double)total)) {\n";

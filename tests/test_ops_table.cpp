@@ -79,13 +79,34 @@ TEST(OpsTable, CExpressionsUsePlaceholdersMatchingArity) {
       EXPECT_GE(ph.count("1"), 1u) << row.name;
     }
   }
-  for (const auto& row : row_norm_table())
+  for (const auto& row : row_norm_table()) {
     for (auto expr : {row.c_accumulate, row.c_factor, row.c_output})
       for (const auto& p : placeholders(expr))
         EXPECT_TRUE(p == "d" || p == "s" || p == "n" || p == "eps" || p == "r") << row.name << ": $" << p;
+    EXPECT_EQ(row.output_of_term == nullptr, row.c_output_of_term.empty()) << row.name;
+    const auto ph = placeholders(row.c_output_of_term);
+    if (row.output_of_term) {
+      EXPECT_EQ(ph, (std::multiset<std::string>{"r", "t"})) << row.name;
+    }
+  }
   for (const auto& row : reduce_table())
     for (auto expr : {row.c_init, row.c_combine, row.c_finish})
       for (const auto& p : placeholders(expr)) EXPECT_TRUE(p == "a" || p == "x" || p == "n") << row.name << ": $" << p;
+}
+
+// A norm that finishes from its accumulated terms must give its output exactly: softmax's
+// kernels keep e^d from the sum's pass and multiply by r instead of evaluating e^d again.
+TEST(OpsTable, RowNormOutputOfTermIsTheOutput) {
+  int with_term = 0;
+  for (const auto& row : row_norm_table()) {
+    if (!row.output_of_term) continue;
+    ++with_term;
+    for (double d : {-80.0, -3.5, -1.0, -0.0, 0.0, 0.25, 2.0})
+      for (double r : {1e-3, 0.5, 1.0, 7.0})
+        EXPECT_EQ(row.output_of_term(row.accumulate(d), r), row.output(d, r)) << row.name << " d=" << d << " r=" << r;
+  }
+  EXPECT_EQ(with_term, 1); // softmax
+  EXPECT_NE(row_norm_info(RowNorm::softmax).output_of_term, nullptr);
 }
 
 TEST(OpsTable, HandCheckedActivations) {

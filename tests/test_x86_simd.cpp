@@ -188,6 +188,47 @@ TEST(X86Simd, FusedRaggedShapes) {
   }
 }
 
+// f32 B [K, N]: a block's first A panel packs B's whole panels as its tiles read them
+// (fusor_ukr_pack, bfuse=1) instead of a packing pass before them. The same products in the
+// same order: the bits of bfuse=0, on blocks with edge panels (N = 300), first A panels short
+// of a tile (M = 9: packed by the pass), K blocks, both gated products and a narrow B read in
+// place (N = 200).
+TEST(X86Simd, GemmPacksBInItsFirstTiles) {
+  REQUIRE_AVX512();
+  const auto source = [](const Region& region, const char* bfuse) {
+    EmitOptions o;
+    o.options = {{"bfuse", bfuse}};
+    auto src = lane(region_kind(region))->emit(region, o);
+    EXPECT_TRUE(src.ok()) << src.error().str();
+    return src.ok() ? src->source : std::string();
+  };
+  const Region fused = region_of("fused { epilogue = [bias, gelu]; residual = true }");
+  const Region gated = region_of("gated { gate_act = silu }");
+  for (const Region& region : {fused, gated, region_of("matmul { }")}) {
+    EXPECT_NE(source(region, "1").find("fusor_ukr_pack(kc, ain"), std::string::npos) << print_region(region);
+    EXPECT_EQ(source(region, "0").find("fusor_ukr_pack("), std::string::npos) << print_region(region);
+  }
+  // B converted from 16-bit storage, or transposed, keeps the packing pass.
+  EXPECT_EQ(source(region_of("fused { epilogue = [bias]; storage = bf16 }"), "1").find("fusor_ukr_pack("),
+            std::string::npos);
+  EXPECT_EQ(source(region_of("matmul { transpose_b = true }"), "1").find("fusor_ukr_pack("), std::string::npos);
+  for (const Region& region : {fused, gated})
+    for (const auto& [dims, kc] : std::vector<std::pair<ProblemShape, const char*>>{{gemm(129, 300, 129), "40"},
+                                                                                    {gemm(9, 300, 50), "768"},
+                                                                                    {gemm(45, 640, 300), "768"},
+                                                                                    {gemm(45, 200, 50), "40"}}) {
+      const auto operands = make_operands(region, dims, 39, 0.5);
+      const RegionKind kind = region_kind(region);
+      auto pass = execute_on_target(x86(), region, operands, lane_options(kind, {{"bfuse", "0"}, {"kc", kc}}));
+      auto tiles = execute_on_target(x86(), region, operands, lane_options(kind, {{"bfuse", "1"}, {"kc", kc}}));
+      ASSERT_TRUE(pass.ok() && tiles.ok()) << print_region(region);
+      EXPECT_EQ(std::memcmp(pass->output.data.data(), tiles->output.data.data(), 4 * pass->output.data.size()), 0)
+          << print_region(region) << " M=" << dims.M << " N=" << dims.N << " K=" << dims.K;
+      expect_matches_reference(region, dims, 39, 0.5, {{"bfuse", "1"}, {"kc", kc}});
+    }
+  expect_verified(fused, {{"bfuse", "1"}, {"kc", "16"}, {"mr", "6"}});
+}
+
 TEST(X86Simd, MatmulAndGatedRagged) {
   REQUIRE_AVX512();
   for (const char* storage : {"f32", "f16", "bf16"})
@@ -358,19 +399,32 @@ TEST(X86Simd, NormChainRowSplitAndIsolation) {
   ASSERT_TRUE(softmax.ok());
   EXPECT_NE(softmax->source.find("fusor_expf16(d0_)"), std::string::npos);
   EXPECT_EQ(softmax->source.find("fusor_expf(d"), std::string::npos);
-  for (const char* norm : {"rmsnorm", "layer_norm", "softmax"}) {
-    const Region region =
-        region_of(std::string("norm_chain { norm = ") + norm + "; add_residual = true; weight = true; bias = true }");
-    auto operands = make_operands(region, elementwise({4, 37}), 35, 1.0);
-    operands[0].data[37 + 3] = NAN; // row 1
-    auto ref = evaluate_reference(region, operands);
-    ASSERT_TRUE(ref.ok()) << ref.error().str();
-    auto out = execute_on_target(x86(), region, operands, lane_options(RegionKind::norm_chain));
-    ASSERT_TRUE(out.ok()) << out.error().str();
-    EXPECT_TRUE(testing::all_close(out->output, *ref)) << norm;
-    for (std::int64_t i = 0; i < 4 * 37; ++i)
-      EXPECT_EQ(std::isnan(out->output.data[i]), i / 37 == 1) << norm << " element " << i;
-  }
+  // Softmax keeps its terms e^(x - max) for the output pass (eb_) and, on rows read in place,
+  // takes the next row's maximum while it writes this one (mx_).
+  EXPECT_NE(softmax->source.find("eb_ + j_"), std::string::npos);
+  EXPECT_NE(softmax->source.find("mx_ = _mm512_max_ps("), std::string::npos);
+  EXPECT_EQ(softmax->source.find("fusor_expf16(d_)"), std::string::npos); // e^x once per element
+  // A NaN stays in its row, whether the rows are staged (residual) or read in place with the
+  // next row's maximum taken ahead; a row of -inf gives NaN (e^(-inf + inf)), as the reference.
+  for (const char* norm : {"rmsnorm", "layer_norm", "softmax"})
+    for (bool res : {true, false}) {
+      const Region region =
+          region_of(std::string("norm_chain { norm = ") + norm + "; add_residual = " + (res ? "true" : "false") +
+                    "; weight = true; bias = true }");
+      auto operands = make_operands(region, elementwise({5, 37}), 35, 1.0);
+      operands[0].data[37 + 3] = NAN; // row 1
+      const bool softmax_row = std::string(norm) == "softmax" && !res;
+      if (softmax_row)
+        for (std::int64_t j = 0; j < 37; ++j) operands[0].data[3 * 37 + j] = -INFINITY; // row 3
+      auto ref = evaluate_reference(region, operands);
+      ASSERT_TRUE(ref.ok()) << ref.error().str();
+      auto out = execute_on_target(x86(), region, operands, lane_options(RegionKind::norm_chain));
+      ASSERT_TRUE(out.ok()) << out.error().str();
+      EXPECT_TRUE(testing::all_close(out->output, *ref)) << norm;
+      for (std::int64_t i = 0; i < 5 * 37; ++i)
+        EXPECT_EQ(std::isnan(out->output.data[i]), i / 37 == 1 || (softmax_row && i / 37 == 3))
+            << norm << (res ? " staged" : " in place") << " element " << i;
+    }
 }
 
 TEST(X86Simd, StreamingKinds) {

@@ -79,6 +79,11 @@ struct RowNormInfo {
   std::string_view c_accumulate;
   std::string_view c_factor;
   std::string_view c_output;
+  // Where the output is a function of the accumulated term t = accumulate(d) and r (softmax:
+  // e^d · r), that function and its spelling (`$t`, `$r`): a kernel may keep the terms of its
+  // sum and finish from them instead of evaluating e^d twice. Null and empty otherwise.
+  double (*output_of_term)(double t, double r);
+  std::string_view c_output_of_term;
 };
 
 std::span<const RowNormInfo> row_norm_table();

@@ -408,6 +408,11 @@ std::string render_row_norm_output(const CDialect& dialect, RowNorm norm, std::s
   return instantiate(dialect, row_norm_info(norm).c_output, {{"$d", d}, {"$r", r}});
 }
 
+std::string render_row_norm_output_of_term(const CDialect& dialect, RowNorm norm, std::string_view t,
+                                           std::string_view r) {
+  return instantiate(dialect, row_norm_info(norm).c_output_of_term, {{"$t", t}, {"$r", r}});
+}
+
 std::string render_reduce_init(const CDialect& dialect, ReduceOp op) {
   return instantiate(dialect, reduce_info(op).c_init, {});
 }

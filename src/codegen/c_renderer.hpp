@@ -96,6 +96,9 @@ std::string render_row_norm_factor(const CDialect& dialect, RowNorm norm, std::s
                                    std::string_view eps);
 // The output step `y = output(d, r)` alone, for kernels that normalise a row in parallel.
 std::string render_row_norm_output(const CDialect& dialect, RowNorm norm, std::string_view d, std::string_view r);
+// The output from the accumulated term t (RowNormInfo::c_output_of_term; the norm must have one).
+std::string render_row_norm_output_of_term(const CDialect& dialect, RowNorm norm, std::string_view t,
+                                           std::string_view r);
 
 // The pieces of a last-axis reduction for accumulator `acc`, element `x`, length `n`.
 std::string render_reduce_init(const CDialect& dialect, ReduceOp op);

@@ -59,17 +59,18 @@ const std::array<RowNormInfo, 3> kRowNorms{{
    [](double d) { return d * d; },
    [](double s, double n, double eps) { return 1.0 / std::sqrt(s / n + eps); },
    [](double d, double r) { return d * r; },
-   "($d * $d)", "(1.0f / sqrtf($s / $n + $eps))", "($d * $r)"},
+   "($d * $d)", "(1.0f / sqrtf($s / $n + $eps))", "($d * $r)", nullptr, ""},
   {RowNorm::softmax, "softmax", RowCentre::max,
    [](double d) { return std::exp(d); },
    [](double s, double, double) { return 1.0 / s; },
    [](double d, double r) { return std::exp(d) * r; },
-   "expf($d)", "(1.0f / $s)", "(expf($d) * $r)"},
+   "expf($d)", "(1.0f / $s)", "(expf($d) * $r)",
+   [](double t, double r) { return t * r; }, "($t * $r)"},
   {RowNorm::layer_norm, "layer_norm", RowCentre::mean,
    [](double d) { return d * d; },
    [](double s, double n, double eps) { return 1.0 / std::sqrt(s / n + eps); },
    [](double d, double r) { return d * r; },
-   "($d * $d)", "(1.0f / sqrtf($s / $n + $eps))", "($d * $r)"},
+   "($d * $d)", "(1.0f / sqrtf($s / $n + $eps))", "($d * $r)", nullptr, ""},
 }};
 
 const std::array<ReduceInfo, 4> kReduces{{

@@ -53,6 +53,10 @@ struct Tuning {
   // output rows it will store (for writing) and the residual rows it will read before its
   // micro-kernel runs, so the epilogue finds them in cache (0: no).
   int epf = 1;
+  // GEMM-rooted kinds on the zmm tile, f32 B [K, N]: the first A panel's tiles of a block of B's
+  // panels read B where it lies and pack it as they go (fusor_ukr_pack), instead of a packing
+  // pass before the block's tiles (0: the pass).
+  int bfuse = 1;
 };
 
 // `#pragma omp parallel<rest>` that runs on the calling thread alone while `work` (an
@@ -128,8 +132,14 @@ bool gemm_reads_in_place(const GemmPlan& plan, const StorageLoad& ld, const Tuni
 // micro-kernel calls and few calls reuse a packed panel: `fusor_ukr_direct(kc, a, lda, b, ldb,
 // c, ldc, cin, ldin)` is fusor_ukr's tile with A's rows lda floats apart (a[r * lda + k]) and
 // B's rows ldb apart (b[k * ldb + j]), `fusor_ukr_direct_rows(rows, kc, a, lda, b, ldb, c,
-// ldc)` any rows of it the same way.
-std::string edge_tiles_source(int mr, bool avx2, bool in_place);
+// ldc)` any rows of it the same way. With `pack_ahead` >= 0 (gemm_packs_in_tiles),
+// `fusor_ukr_pack(kc, a, b, b2, ldb, bp, c, ldc, cin, ldin)` is fusor_ukr's tile with B's 32
+// columns read where they lie (b[k * ldb + j] for j < 16, b2[k * ldb + j - 16] after) and
+// stored packed to bp on the way, its rows prefetched pack_ahead rows early.
+std::string edge_tiles_source(int mr, bool avx2, bool in_place, int pack_ahead);
+// Whether the first A panel's tiles of a block of B's panels pack B (Tuning::bfuse): f32
+// B [K, N] on the zmm tile.
+bool gemm_packs_in_tiles(const GemmPlan& plan, const StorageLoad& ld, const Tuning& tuning);
 // The x86_amx lane (x86_amx_gemm.cpp): bf16 parts an operand needs to be exact (f32 or any
 // prologue: 3; f16: 2; bf16: 1); the head (FUSOR_MR 32, part splitting, tile permission and
 // configuration, `fusor_amx_ukr` with fusor_ukr's contract on packed bf16 panels); the

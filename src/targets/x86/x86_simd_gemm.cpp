@@ -89,6 +89,30 @@ std::string avx512_packed_ukr(int rows, int mr, const std::string& name) {
       [](int r) { return "ak[" + std::to_string(r) + "]"; }, "");
 }
 
+// fusor_ukr's full tile with B read from its storage instead of a packed panel (f32 [K, N],
+// rows ldb apart; b0 from b, b1 from b2: 16 columns to the right, or the gated up projection's
+// columns) and stored to the packed panel bp as it is used. The first A panel of a panel block
+// packs B for the others, so B's packing runs between FMAs instead of before them, and a
+// packed panel is written once while it is hot. B's rows are prefetched `ahead` rows early,
+// both ends of both 64-byte runs (an unaligned run spans two lines).
+std::string avx512_packing_ukr(int mr, int ahead) {
+  const std::string MR = std::to_string(mr), A = std::to_string(ahead);
+  std::string head = "    const float* restrict bk = b + k * ldb;\n    const float* restrict bk2 = b2 + k * ldb;\n"
+                     "    const __m512 b0 = _mm512_loadu_ps(bk), b1 = _mm512_loadu_ps(bk2);\n"
+                     "    _mm512_storeu_ps(bp + k * 32, b0);\n    _mm512_storeu_ps(bp + k * 32 + 16, b1);\n"
+                     "    const float* restrict ak = a + k * " +
+                     MR + ";\n    _mm_prefetch((const char*)(ak + 16 * " + MR + "), _MM_HINT_T0);\n";
+  if (ahead > 0)
+    for (const char* row : {"bk", "bk2"})
+      head += std::string("    _mm_prefetch((const char*)(") + row + " + " + A + " * ldb), _MM_HINT_T0);\n" +
+              "    _mm_prefetch((const char*)(" + row + " + " + A + " * ldb + 15), _MM_HINT_T0);\n";
+  return avx512_tile(
+      mr, "fusor_ukr_pack",
+      "const float* restrict a, const float* restrict b, const float* restrict b2, int64_t ldb, "
+      "float* restrict bp",
+      "", head, [](int r) { return "ak[" + std::to_string(r) + "]"; }, "");
+}
+
 // fusor_ukr_direct's tile of `rows` rows. The rows' addresses are three bases five rows apart
 // plus 0, lda, 2 lda, 3 lda, 4 lda in bytes (x86 addressing's base + index * scale), so the
 // fourteen A streams need five registers, not fourteen.
@@ -141,8 +165,8 @@ std::string rows_dispatch(int mr, const std::string& dispatch, const std::string
 
 } // namespace
 
-std::string edge_tiles_source(int mr, bool avx2, bool in_place) {
-  std::string s;
+std::string edge_tiles_source(int mr, bool avx2, bool in_place, int pack_ahead) {
+  std::string s = pack_ahead >= 0 ? avx512_packing_ukr(mr, pack_ahead) : "";
   for (int n : {8, 4, 2, 1})
     if (n < mr)
       s += avx2 ? avx2_packed_ukr(n, mr, "fusor_ukr" + std::to_string(n))
@@ -232,6 +256,10 @@ std::string skinny_gemm(const GemmPlan& plan, const StorageLoad& ld) {
 }
 
 } // namespace
+
+bool gemm_packs_in_tiles(const GemmPlan& plan, const StorageLoad& ld, const Tuning& tuning) {
+  return tuning.bfuse && !tuning.amx && !tuning.avx2 && ld.dtype == DType::f32 && !plan.b_trans;
+}
 
 bool gemm_reads_in_place(const GemmPlan& plan, const StorageLoad& ld, const Tuning& tuning) {
   return !tuning.amx && ld.dtype == DType::f32 && !plan.a_trans && !plan.b_trans && plan.prologue.empty() &&
@@ -397,6 +425,7 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
   const std::string CW = gated ? "16" : "32"; // output columns per packed panel
   const auto& v16 = codegen::c99_avx512_dialect();
   const bool in_place = gemm_reads_in_place(plan, ld, tuning);
+  const bool packs_in_tiles = gemm_packs_in_tiles(plan, ld, tuning);
   std::string s;
   s += "  const " + T + "* restrict A = (const " + T + "*)operands[0];\n";
   s += "  const " + T + "* restrict B = (const " + T + "*)operands[1];\n";
@@ -509,6 +538,11 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
   } else if (amx) {
     s += "          uint16_t* restrict bcur = bp;\n";
     s += amx_pack_b(plan, ld, "          ");
+  } else if (packs_in_tiles) {
+    // Blocks of whole panels, with a whole first A panel, are packed by that panel's tiles.
+    s += "          const int fuse = " + std::string(in_place ? "!direct && " : "") +
+         "mrows >= FUSOR_MR && (pb + pn) * " + CW + " <= N;\n";
+    s += "          if (!fuse) {\n" + pack_b(plan, ld, tuning.avx2, false, tuning.bpf) + "          }\n";
   } else {
     s += in_place ? "          if (!direct || (pb + pn) * 32 > N) {\n" +
                         pack_b(plan, ld, tuning.avx2, true, tuning.bpf) + "          }\n"
@@ -542,7 +576,11 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
          "              const float* bd = direct && cols == 32 ? B + pc * N + c0 : bin;\n"
          "              const int64_t ldb = direct && cols == 32 ? N : 32;\n";
   const auto call = [&](const std::string& args) {
-    const std::string packed = ukr + args + ");\n";
+    std::string packed = ukr + args + ");\n";
+    if (packs_in_tiles)
+      packed = "if (fuse && q == 0) fusor_ukr_pack(kc, ain, B + pc * N + c0, " +
+               std::string(gated ? "B2 + pc * N + c0" : "B + pc * N + c0 + 16") + ", N, (float*)bin, " + args +
+               ");\n                else " + packed;
     return in_place ? "if (direct) fusor_ukr_direct(kc, ad, K, bd, ldb, " + args + ");\n                else " + packed
                     : packed;
   };

@@ -177,6 +177,23 @@ struct LaneVector {
                        : "if (left" + k + " == 8) _mm256_storeu_ps(" + p + ", " + v + "); else _mm256_maskstore_ps(" +
                              p + ", m" + k + ", " + v + ");";
   }
+  // The masked load with -inf in the lanes outside m<k> (a maximum's neutral value).
+  std::string masked_load_ninf(const std::string& p, const std::string& k = "_") const {
+    return lanes == 16 ? "_mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), m" + k + ", " + p + ")"
+                       : "_mm256_blendv_ps(_mm256_set1_ps(-INFINITY), _mm256_maskload_ps(" + p + ", m" + k +
+                             "), _mm256_castsi256_ps(m" + k + "))";
+  }
+  // x > m ? x : m per lane (vmaxps returns its second operand when either is NaN), so a NaN
+  // never becomes the maximum, as in max_centre.
+  std::string max(const std::string& x, const std::string& m) const {
+    return (lanes == 16 ? "_mm512_max_ps(" : "_mm256_max_ps(") + x + ", " + m + ")";
+  }
+  // The largest lane of the vector `m` (never NaN) into the float `acc`.
+  std::string reduce_max(const std::string& acc, const std::string& m, const std::string& in) const {
+    return in + "{\n" + in + "  float l_[" + L + "];\n" + in + "  memcpy(l_, &" + m + ", sizeof l_);\n" + in + "  " +
+           acc + " = -INFINITY;\n" + in + "  for (int k_ = 0; k_ < " + L + "; ++k_) " + acc + " = l_[k_] > " + acc +
+           " ? l_[k_] : " + acc + ";\n" + in + "}\n";
+  }
   // v with the lanes outside m_ zeroed.
   std::string masked(const std::string& v) const {
     return lanes == 16 ? "_mm512_maskz_mov_ps(m_, " + v + ")" : "_mm256_and_ps(" + v + ", _mm256_castsi256_ps(m_))";
@@ -192,10 +209,30 @@ struct LaneVector {
 // 4096 x 4096 took 0.29-0.31 of a copy's bandwidth (Zen 5), rmsnorm and layer_norm 0.96-1.01.
 bool vector_rows(RowNorm norm) { return norm == RowNorm::softmax; }
 
+// `acc` = the maximum over src[0, n) (max_centre's rule), four vectors a step, the tail masked.
+std::string vector_max(const LaneVector& v, const std::string& acc, const std::string& src, const std::string& n,
+                       const std::string& in) {
+  const std::string W = std::to_string(4 * v.lanes);
+  std::string s = in + "{\n" + in + "  " + v.T + " x0_ = " + v.set1 + "(-INFINITY), x1_ = x0_, x2_ = x0_, x3_ = x0_;\n";
+  s += in + "  int64_t j_ = 0;\n" + in + "  for (; j_ + " + W + " <= " + n + "; j_ += " + W + ") {\n";
+  for (int k = 0; k < 4; ++k) {
+    const std::string K = std::to_string(k);
+    s += in + "    x" + K + "_ = " + v.max(v.load(src + " + j_ + " + std::to_string(k * v.lanes)), "x" + K + "_") +
+         ";\n";
+  }
+  s += in + "  }\n" + in + "  for (; j_ < " + n + "; j_ += " + v.L + ") {\n";
+  s += in + "    const int64_t left_ = " + n + " - j_ < " + v.L + " ? " + n + " - j_ : " + v.L + ";\n";
+  s += in + "    " + v.mask() + "\n";
+  s += in + "    x0_ = " + v.max(v.masked_load_ninf(src + " + j_"), "x0_") + ";\n" + in + "  }\n";
+  s += in + "  const " + v.T + " x_ = " + v.max(v.max("x0_", "x1_"), v.max("x2_", "x3_")) + ";\n";
+  return s + v.reduce_max(acc, "x_", in + "  ") + in + "}\n";
+}
+
 // `acc` = the sum over src[0, n) of the table's accumulate of (src[j] - c_), four vectors a
-// step (four independent chains), the tail masked.
+// step (four independent chains), the tail masked. With `terms`, each term is also stored to
+// terms[j] for the output pass to finish from.
 std::string vector_sum(RowNorm norm, const LaneVector& v, const std::string& acc, const std::string& src,
-                       const std::string& n, const std::string& in) {
+                       const std::string& n, const std::string& terms, const std::string& in) {
   const std::string W = std::to_string(4 * v.lanes);
   auto term = [&](const std::string& d) { return codegen::render_row_norm_accumulate(v.dialect(), norm, d); };
   std::string s = in + "{\n" + in + "  const " + v.T + " cv_ = " + v.set1 + "(c_);\n";
@@ -204,15 +241,21 @@ std::string vector_sum(RowNorm norm, const LaneVector& v, const std::string& acc
   s += in + "  for (; j_ + " + W + " <= " + n + "; j_ += " + W + ") {\n";
   for (int k = 0; k < 4; ++k) {
     const std::string K = std::to_string(k), at = src + " + j_ + " + std::to_string(k * v.lanes);
-    s += in + "    { const " + v.T + " d" + K + "_ = " + v.load(at) + " - cv_; a" + K + "_ += " + term("d" + K + "_") +
-         "; }\n";
+    s += in + "    { const " + v.T + " d" + K + "_ = " + v.load(at) + " - cv_; const " + v.T + " t" + K +
+         "_ = " + term("d" + K + "_") + "; a" + K + "_ += t" + K + "_;";
+    if (!terms.empty())
+      s += std::string(" ") + (v.lanes == 16 ? "_mm512_storeu_ps(" : "_mm256_storeu_ps(") + terms + " + j_ + " +
+           std::to_string(k * v.lanes) + ", t" + K + "_);";
+    s += " }\n";
   }
   s += in + "  }\n";
   s += in + "  for (; j_ < " + n + "; j_ += " + v.L + ") {\n";
   s += in + "    const int64_t left_ = " + n + " - j_ < " + v.L + " ? " + n + " - j_ : " + v.L + ";\n";
   s += in + "    " + v.mask() + "\n";
   s += in + "    const " + v.T + " d0_ = " + v.masked_load(src + " + j_") + " - cv_;\n";
-  s += in + "    a0_ += " + v.masked(term("d0_")) + ";\n"; // (e^(0 - c) of the lanes past n: dropped)
+  s += in + "    const " + v.T + " t0_ = " + v.masked(term("d0_")) + ";\n"; // (e^(0 - c) past n: dropped)
+  s += in + "    a0_ += t0_;\n";
+  if (!terms.empty()) s += in + "    " + v.masked_store(terms + " + j_", "t0_") + "\n";
   s += in + "  }\n";
   s += in + "  const " + v.T + " a_ = (a0_ + a1_) + (a2_ + a3_);\n";
   s += in + "  float l_[" + v.L + "];\n" + in + "  memcpy(l_, &a_, sizeof l_);\n";
@@ -221,15 +264,24 @@ std::string vector_sum(RowNorm norm, const LaneVector& v, const std::string& acc
 }
 
 // One output chunk, od_[0, jn_) = the table's output of (src[j0_ + jj_] - c_) times the
-// optional gamma, plus beta, a vector at a time.
+// optional gamma, plus beta, a vector at a time. With `terms`, the output is finished from the
+// sum pass's terms[j] (output_of_term) instead. With `next`, the vector mx_ also takes the
+// maximum of next[j0_, j0_ + jn_) (the next row's centre, read while this row is written).
 std::string vector_output(RowNorm norm, const LaneVector& v, const std::string& src, bool gamma, bool beta,
-                          const std::string& in) {
+                          const std::string& terms, const std::string& next, const std::string& in) {
   std::string s = in + "{\n" + in + "  const " + v.T + " cv_ = " + v.set1 + "(c_), rv_ = " + v.set1 + "(r_);\n";
+  s += in + "  (void)cv_;\n";
   s += in + "  for (int64_t jj_ = 0; jj_ < jn_; jj_ += " + v.L + ") {\n";
   s += in + "    const int64_t j_ = j0_ + jj_, left_ = jn_ - jj_ < " + v.L + " ? jn_ - jj_ : " + v.L + ";\n";
   s += in + "    " + v.mask() + "\n";
-  s += in + "    const " + v.T + " d_ = " + v.masked_load(src + " + j_") + " - cv_;\n";
-  s += in + "    " + v.T + " v_ = " + codegen::render_row_norm_output(v.dialect(), norm, "d_", "rv_") + ";\n";
+  if (!next.empty()) s += in + "    mx_ = " + v.max(v.masked_load_ninf(next + " + j_"), "mx_") + ";\n";
+  if (terms.empty()) {
+    s += in + "    const " + v.T + " d_ = " + v.masked_load(src + " + j_") + " - cv_;\n";
+    s += in + "    " + v.T + " v_ = " + codegen::render_row_norm_output(v.dialect(), norm, "d_", "rv_") + ";\n";
+  } else {
+    s += in + "    const " + v.T + " t_ = " + v.masked_load(terms + " + j_") + ";\n";
+    s += in + "    " + v.T + " v_ = " + codegen::render_row_norm_output_of_term(v.dialect(), norm, "t_", "rv_") + ";\n";
+  }
   if (gamma)
     s += in + "    { const " + v.T + " g_ = " + v.masked_load("gamma + j_") +
          "; v_ = " + codegen::render_op(v.dialect(), Op::mul, "v_", "g_") + "; }\n";
@@ -256,6 +308,11 @@ std::string norm_chain_body(const NormChainRegion& r, bool avx2) {
   const RowNormInfo& info = row_norm_info(r.norm());
   const bool staged = r.add_residual(); // x + residual is staged in L1; otherwise rows are read in place
   const bool pipelined = !staged;
+  // Softmax keeps its terms e^(x - max) from the sum's pass in a row buffer and finishes from
+  // them (output_of_term), so e^x is evaluated once per element, not twice; rows read in place
+  // take the next row's maximum in the pass that writes this one, as layer_norm takes its sum.
+  const bool keep_terms = vrows && info.output_of_term != nullptr;
+  const bool max_ahead = pipelined && vrows && info.centre == RowCentre::max;
   const std::string eps = codegen::float_literal(r.eps());
   std::string s = norm_chain_operand_decls(r);
   s += "  if (rows == 0 || row_len == 0) return 0;\n";
@@ -266,13 +323,14 @@ std::string norm_chain_body(const NormChainRegion& r, bool avx2) {
        "#endif\n";
   s += "    const int64_t r_lo = rows / nt_ * id_ + (id_ < rows % nt_ ? id_ : rows % nt_);\n";
   s += "    const int64_t r_hi = r_lo + rows / nt_ + (id_ < rows % nt_ ? 1 : 0);\n";
-  if (staged) {
-    s += "    float* restrict tb = (float*)fusor_alloc(sizeof(float) * (size_t)row_len);\n";
-    s += "    if (!tb) {\n      #pragma omp atomic write\n      failed = 1;\n    }\n";
-    s += "    if (tb && r_lo < r_hi) {\n";
-  } else {
-    s += "    if (r_lo < r_hi) {\n";
-  }
+  std::string buffers_ok;
+  for (const auto& [want, name] : {std::pair{staged, "tb"}, std::pair{keep_terms, "eb_"}})
+    if (want) {
+      s += std::string("    float* restrict ") + name + " = (float*)fusor_alloc(sizeof(float) * (size_t)row_len);\n";
+      s += std::string("    if (!") + name + ") {\n      #pragma omp atomic write\n      failed = 1;\n    }\n";
+      buffers_ok += std::string(name) + " && ";
+    }
+  s += "    if (" + buffers_ok + "r_lo < r_hi) {\n";
   s += "    float ob_[FUSOR_OUT_CHUNK] __attribute__((aligned(64)));\n";
   // What the staging pass accumulates: the sum for a mean centre, the table's accumulate
   // of (v - 0) for a zero centre, nothing for a max centre (it needs the whole row first).
@@ -296,7 +354,9 @@ std::string norm_chain_body(const NormChainRegion& r, bool avx2) {
            stage_element("xs", rrow, trow, in + "  ") + in + "}\n";
   };
   s += "      float e_ = 0.0f;\n";
-  if (pipelined) {
+  if (max_ahead)
+    s += vector_max(vec, "e_", "(x + r_lo * row_len)", "row_len", "      ");
+  else if (pipelined) {
     s += "      {\n        const float* restrict xs = x + r_lo * row_len;\n";
     s += stage_loop("", "", "        ") + "      }\n";
   }
@@ -320,12 +380,12 @@ std::string norm_chain_body(const NormChainRegion& r, bool avx2) {
   if (info.centre == RowCentre::mean) {
     s += "        c_ = e_ / (float)row_len;\n";
   } else if (info.centre == RowCentre::max) {
-    s += max_centre("t", "row_len", "        ");
+    s += max_ahead ? "        c_ = e_;\n" : max_centre("t", "row_len", "        ");
   }
   if (info.centre == RowCentre::zero)
     s += "        s_ = e_;\n";
   else if (vrows)
-    s += vector_sum(r.norm(), vec, "s_", "t", "row_len", "        ");
+    s += vector_sum(r.norm(), vec, "s_", "t", "row_len", keep_terms ? "eb_" : "", "        ");
   else
     s += split_sum("s_", "row_len", "        ",
                    [&](const std::string& idx, int k) { return accumulate_term(r.norm(), "t", idx, k); });
@@ -333,12 +393,13 @@ std::string norm_chain_body(const NormChainRegion& r, bool avx2) {
   // The output in chunks of an L1 buffer, streamed out from there when nt_out; the same
   // chunks either way, so both give the same bits.
   if (pipelined) s += "        e_ = 0.0f;\n";
+  if (max_ahead) s += "        " + vec.T + " mx_ = " + vec.set1 + "(-INFINITY);\n";
   s += "        for (int64_t j0_ = 0; j0_ < row_len; j0_ += FUSOR_OUT_CHUNK) {\n";
   s += "          const int64_t jn_ = row_len - j0_ < FUSOR_OUT_CHUNK ? row_len - j0_ : FUSOR_OUT_CHUNK;\n";
   s += "          float* restrict od_ = nt_out ? ob_ : o + j0_;\n";
   if (vrows) {
-    // (A max centre stages nothing for the next row: its statistics need the whole row.)
-    s += vector_output(r.norm(), vec, "t", r.weight(), r.bias(), "          ");
+    s += vector_output(r.norm(), vec, "t", r.weight(), r.bias(), keep_terms ? "eb_" : "", max_ahead ? "xn" : "",
+                       "          ");
   } else {
     s += "          " + (pipelined ? sum_pragma : std::string("#pragma omp simd\n"));
     s += "          for (int64_t jj_ = 0; jj_ < jn_; ++jj_) {\n";
@@ -360,9 +421,12 @@ std::string norm_chain_body(const NormChainRegion& r, bool avx2) {
          "j0_);\n";
   s += "          if (nt_out)\n            fusor_stream_floats(o + j0_, ob_, jn_, pa_, pb_);\n";
   s += "          else\n            fusor_prefetch_l2(jn_, pa_, pb_);\n";
-  s += "        }\n      }\n    }\n";
+  s += "        }\n";
+  if (max_ahead) s += vec.reduce_max("e_", "mx_", "        ");
+  s += "      }\n    }\n";
   s += "    if (nt_out) _mm_sfence(); /* streaming stores are weakly ordered: drain before the join */\n";
   if (staged) s += "    free(tb);\n";
+  if (keep_terms) s += "    free(eb_);\n";
   s += "  }\n  return failed ? 2 : 0;\n";
   return s;
 }

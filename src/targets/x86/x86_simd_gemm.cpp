@@ -3,9 +3,10 @@
 // by rows otherwise. Per item and K block (kc):
 //   pack A (storage -> f32, layout, prologue) into MR-row panels that stay in L2;
 //   for every 4 panels of B: pack them (32 columns each) into a private L2 buffer, then run
-//     the MR x 32 register micro-kernel over every panel x A panel. Inner K blocks leave
-//     their partial sums in `out`; the next block's micro-kernel sums from zero (restarting
-//     every FUSOR_KSUB steps) and adds them at its end; at the last block bias, epilogue,
+//     the MR x 32 register micro-kernel over every panel x A panel (whole panels of f32 B
+//     [K, N] are packed by the first A panel's tiles instead: fusor_ukr_pack). Inner K
+//     blocks leave their partial sums in `out`; the next block's micro-kernel sums from
+//     zero (restarting every FUSOR_KSUB steps) and adds them at its end; at the last block bias, epilogue,
 //     gate and residual from the op table are applied to the L1 tile (16 lanes at a time
 //     with masked edges when the chain renders over __m512) and the value is stored once.
 //     Row reductions run on the item's finished rows while they are still in L2.

@@ -6,9 +6,10 @@
 //     the MR x 32 register micro-kernel over every panel x A panel (whole panels of f32 B
 //     [K, N] are packed by the first A panel's tiles instead: fusor_ukr_pack). Inner K
 //     blocks leave their partial sums in `out`; the next block's micro-kernel sums from
-//     zero (restarting every FUSOR_KSUB steps) and adds them at its end; at the last block bias, epilogue,
-//     gate and residual from the op table are applied to the L1 tile (16 lanes at a time
-//     with masked edges when the chain renders over __m512) and the value is stored once.
+//     zero (restarting every FUSOR_KSUB steps) and adds them at its end; at the last block
+//     bias, epilogue, gate and residual from the op table are applied to the L1 tile (16
+//     lanes at a time with masked edges when the chain renders over __m512) and the value is
+//     stored once.
 //     Row reductions run on the item's finished rows while they are still in L2.
 // Narrow GEMMs (N <= 256) read A and B where they lie instead (fusor_ukr_direct), and fewer
 // than 8 rows stream B unpacked (skinny_gemm); edge panels of any row count run as tiles of 8,

@@ -333,7 +333,8 @@ std::string norm_chain_body(const NormChainRegion& r, bool avx2) {
   s += "    if (" + buffers_ok + "r_lo < r_hi) {\n";
   s += "    float ob_[FUSOR_OUT_CHUNK] __attribute__((aligned(64)));\n";
   // What the staging pass accumulates: the sum for a mean centre, the table's accumulate
-  // of (v - 0) for a zero centre, nothing for a max centre (it needs the whole row first).
+  // of (v - 0) for a zero centre, nothing for a max centre (its sum needs the whole row's
+  // maximum first; the vector rows take that maximum ahead instead: max_ahead).
   const bool early_sum = info.centre != RowCentre::max;
   auto stage_element = [&](const std::string& xrow, const std::string& rrow, const std::string& trow,
                            const std::string& in) {

@@ -79,16 +79,21 @@ std::string avx512_tile(int rows, const std::string& name, const std::string& pa
   return s + "  }\n}\n\n";
 }
 
+// A packed [kc][mr] at step k: `ak` (row r's value is ak[r]), 16 steps ahead prefetched.
+std::string packed_a_step(int mr) {
+  const std::string MR = std::to_string(mr);
+  return "    const float* restrict ak = a + k * " + MR + ";\n    _mm_prefetch((const char*)(ak + 16 * " + MR +
+         "), _MM_HINT_T0);\n";
+}
+std::string packed_a_at(int r) { return "ak[" + std::to_string(r) + "]"; }
+
 // fusor_ukr's tile of `rows` rows, A packed [kc][mr] (rows < mr: the first rows of a panel,
 // from a + r), B packed [kc][32].
 std::string avx512_packed_ukr(int rows, int mr, const std::string& name) {
-  const std::string MR = std::to_string(mr);
-  return avx512_tile(
-      rows, name, "const float* restrict a, const float* restrict b", "",
-      "    const __m512 b0 = _mm512_loadu_ps(b + k * 32), b1 = _mm512_loadu_ps(b + k * 32 + 16);\n"
-      "    const float* restrict ak = a + k * " +
-          MR + ";\n    _mm_prefetch((const char*)(ak + 16 * " + MR + "), _MM_HINT_T0);\n",
-      [](int r) { return "ak[" + std::to_string(r) + "]"; }, "");
+  return avx512_tile(rows, name, "const float* restrict a, const float* restrict b", "",
+                     "    const __m512 b0 = _mm512_loadu_ps(b + k * 32), b1 = _mm512_loadu_ps(b + k * 32 + 16);\n" +
+                         packed_a_step(mr),
+                     packed_a_at, "");
 }
 
 // fusor_ukr's full tile with B read from its storage instead of a packed panel (f32 [K, N],
@@ -98,21 +103,19 @@ std::string avx512_packed_ukr(int rows, int mr, const std::string& name) {
 // packed panel is written once while it is hot. B's rows are prefetched `ahead` rows early,
 // both ends of both 64-byte runs (an unaligned run spans two lines).
 std::string avx512_packing_ukr(int mr, int ahead) {
-  const std::string MR = std::to_string(mr), A = std::to_string(ahead);
+  const std::string A = std::to_string(ahead);
   std::string head = "    const float* restrict bk = b + k * ldb;\n    const float* restrict bk2 = b2 + k * ldb;\n"
                      "    const __m512 b0 = _mm512_loadu_ps(bk), b1 = _mm512_loadu_ps(bk2);\n"
-                     "    _mm512_storeu_ps(bp + k * 32, b0);\n    _mm512_storeu_ps(bp + k * 32 + 16, b1);\n"
-                     "    const float* restrict ak = a + k * " +
-                     MR + ";\n    _mm_prefetch((const char*)(ak + 16 * " + MR + "), _MM_HINT_T0);\n";
+                     "    _mm512_storeu_ps(bp + k * 32, b0);\n    _mm512_storeu_ps(bp + k * 32 + 16, b1);\n" +
+                     packed_a_step(mr);
   if (ahead > 0)
     for (const char* row : {"bk", "bk2"})
       head += std::string("    _mm_prefetch((const char*)(") + row + " + " + A + " * ldb), _MM_HINT_T0);\n" +
               "    _mm_prefetch((const char*)(" + row + " + " + A + " * ldb + 15), _MM_HINT_T0);\n";
-  return avx512_tile(
-      mr, "fusor_ukr_pack",
-      "const float* restrict a, const float* restrict b, const float* restrict b2, int64_t ldb, "
-      "float* restrict bp",
-      "", head, [](int r) { return "ak[" + std::to_string(r) + "]"; }, "");
+  return avx512_tile(mr, "fusor_ukr_pack",
+                     "const float* restrict a, const float* restrict b, const float* restrict b2, int64_t ldb, "
+                     "float* restrict bp",
+                     "", head, packed_a_at, "");
 }
 
 // fusor_ukr_direct's tile of `rows` rows. The rows' addresses are three bases five rows apart

@@ -381,7 +381,9 @@ std::string norm_chain_body(const NormChainRegion& r, bool avx2) {
   if (info.centre == RowCentre::mean) {
     s += "        c_ = e_ / (float)row_len;\n";
   } else if (info.centre == RowCentre::max) {
-    s += max_ahead ? "        c_ = e_;\n" : max_centre("t", "row_len", "        ");
+    s += max_ahead ? "        c_ = e_;\n"
+         : vrows   ? vector_max(vec, "c_", "t", "row_len", "        ")
+                   : max_centre("t", "row_len", "        ");
   }
   if (info.centre == RowCentre::zero)
     s += "        s_ = e_;\n";

@@ -18,7 +18,7 @@ FUZZERS      := $(basename $(notdir $(wildcard fuzz/*_fuzzer.cpp)))
 # Extra seed directories per fuzzer (fuzz/seeds/<name> is used too when it exists).
 SEEDS_region_text_fuzzer := examples
 
-.PHONY: all deps release run test asan test-asan format format-check fuzz clean help
+.PHONY: all deps release run test asan test-asan format format-check fuzz clean help dashboard
 
 all: release
 
@@ -27,6 +27,7 @@ help:
 	@echo "make test         build (Release) and run the test suite with ctest"
 	@echo "make test-asan    build with AddressSanitizer + UBSan (Debug) and run the tests"
 	@echo "make format       clang-format every C++ file in place; format-check only reports"
+	@echo "make dashboard    regenerate docs/targets.md from bench/results (CI checks it matches)"
 	@echo "make fuzz         clang libFuzzer build, each fuzzer for FUZZ_SECONDS (default 30 s)"
 	@echo "FUSOR_SKIP_DEPS=1 skips the package check (scripts/install-deps.sh)"
 
@@ -51,6 +52,9 @@ release: $(RELEASE_DIR)/CMakeCache.txt
 
 run: release
 	./$(RELEASE_DIR)/fusor run
+
+dashboard: release
+	./$(RELEASE_DIR)/fusor-results --results bench/results --out docs/targets.md
 
 test: release
 	ctest --test-dir $(RELEASE_DIR) --output-on-failure -j$(CTEST_JOBS)

@@ -67,6 +67,15 @@ void expect_matches_reference(const Region& region, const ProblemShape& dims, st
 const std::map<std::string, std::string> kSmallBlocks = {{"kc", "16"}, {"mc", "8"}, {"mr", "4"}, {"serial", "0"}};
 const std::int64_t kRagged[] = {1, 7, 17, 129};
 
+// f32 B [K, N]: a block's first A panel packs B as its tiles read it (bfuse=1;
+// testing::expect_b_packed_by_first_tiles).
+TEST(X86Avx2, GemmPacksBInItsFirstTiles) {
+  REQUIRE_AVX2();
+  testing::expect_b_packed_by_first_tiles("x86_avx2");
+  testing::expect_verified_on("x86_avx2", region_of("fused { epilogue = [bias, gelu]; residual = true }"),
+                              {{"bfuse", "1"}, {"kc", "16"}, {"mr", "4"}});
+}
+
 TEST(X86Avx2, RegisteredForEveryKind) {
   for (auto kind : {RegionKind::fused, RegionKind::matmul, RegionKind::gated, RegionKind::attention,
                     RegionKind::pointwise, RegionKind::pointwise_reduce, RegionKind::norm_chain}) {

@@ -188,45 +188,13 @@ TEST(X86Simd, FusedRaggedShapes) {
   }
 }
 
-// f32 B [K, N]: a block's first A panel packs B's whole panels as its tiles read them
-// (fusor_ukr_pack, bfuse=1) instead of a packing pass before them. The same products in the
-// same order: the bits of bfuse=0, on blocks with edge panels (N = 300), first A panels short
-// of a tile (M = 9: packed by the pass), K blocks, both gated products and a narrow B read in
-// place (N = 200).
+// f32 B [K, N]: a block's first A panel packs B as its tiles read it (bfuse=1;
+// testing::expect_b_packed_by_first_tiles).
 TEST(X86Simd, GemmPacksBInItsFirstTiles) {
   REQUIRE_AVX512();
-  const auto source = [](const Region& region, const char* bfuse) {
-    EmitOptions o;
-    o.options = {{"bfuse", bfuse}};
-    auto src = lane(region_kind(region))->emit(region, o);
-    EXPECT_TRUE(src.ok()) << src.error().str();
-    return src.ok() ? src->source : std::string();
-  };
-  const Region fused = region_of("fused { epilogue = [bias, gelu]; residual = true }");
-  const Region gated = region_of("gated { gate_act = silu }");
-  for (const Region& region : {fused, gated, region_of("matmul { }")}) {
-    EXPECT_NE(source(region, "1").find("fusor_ukr_pack(kc, ain"), std::string::npos) << print_region(region);
-    EXPECT_EQ(source(region, "0").find("fusor_ukr_pack("), std::string::npos) << print_region(region);
-  }
-  // B converted from 16-bit storage, or transposed, keeps the packing pass.
-  EXPECT_EQ(source(region_of("fused { epilogue = [bias]; storage = bf16 }"), "1").find("fusor_ukr_pack("),
-            std::string::npos);
-  EXPECT_EQ(source(region_of("matmul { transpose_b = true }"), "1").find("fusor_ukr_pack("), std::string::npos);
-  for (const Region& region : {fused, gated})
-    for (const auto& [dims, kc] : std::vector<std::pair<ProblemShape, const char*>>{{gemm(129, 300, 129), "40"},
-                                                                                    {gemm(9, 300, 50), "768"},
-                                                                                    {gemm(45, 640, 300), "768"},
-                                                                                    {gemm(45, 200, 50), "40"}}) {
-      const auto operands = make_operands(region, dims, 39, 0.5);
-      const RegionKind kind = region_kind(region);
-      auto pass = execute_on_target(x86(), region, operands, lane_options(kind, {{"bfuse", "0"}, {"kc", kc}}));
-      auto tiles = execute_on_target(x86(), region, operands, lane_options(kind, {{"bfuse", "1"}, {"kc", kc}}));
-      ASSERT_TRUE(pass.ok() && tiles.ok()) << print_region(region);
-      EXPECT_EQ(std::memcmp(pass->output.data.data(), tiles->output.data.data(), 4 * pass->output.data.size()), 0)
-          << print_region(region) << " M=" << dims.M << " N=" << dims.N << " K=" << dims.K;
-      expect_matches_reference(region, dims, 39, 0.5, {{"bfuse", "1"}, {"kc", kc}});
-    }
-  expect_verified(fused, {{"bfuse", "1"}, {"kc", "16"}, {"mr", "6"}});
+  testing::expect_b_packed_by_first_tiles("x86_avx512");
+  expect_verified(region_of("fused { epilogue = [bias, gelu]; residual = true }"),
+                  {{"bfuse", "1"}, {"kc", "16"}, {"mr", "6"}});
 }
 
 TEST(X86Simd, MatmulAndGatedRagged) {

@@ -7,12 +7,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "fusor/operand_gen.hpp"
 #include "fusor/oracle.hpp"
+#include "fusor/reference.hpp"
 #include "fusor/region_text.hpp"
 #include "fusor/target.hpp"
 #include "support/compare.hpp"
@@ -174,6 +177,55 @@ inline ProblemShape elementwise(Shape shape) {
   ProblemShape s;
   s.output = std::move(shape);
   return s;
+}
+
+// f32 B [K, N] on lane `name`: a block's first A panel packs B's whole panels as its tiles read
+// them (fusor_ukr_pack, bfuse=1) instead of a packing pass before them; 16-bit or transposed B
+// keeps the pass. The same products in the same order: the bits of bfuse=0, on blocks with edge
+// panels (N = 300), first A panels short of a tile (M = 9: packed by the pass), K blocks, both
+// gated products and a narrow B read in place (N = 200), each also against the reference.
+inline void expect_b_packed_by_first_tiles(std::string_view name) {
+  const auto source = [&](const Region& region, const char* bfuse) {
+    EmitOptions o;
+    o.options = {{"bfuse", bfuse}};
+    auto src = x86_candidate(region_kind(region), name)->emit(region, o);
+    EXPECT_TRUE(src.ok()) << src.error().str();
+    return src.ok() ? src->source : std::string();
+  };
+  const Region fused = region_of("fused { epilogue = [bias, gelu]; residual = true }");
+  const Region gated = region_of("gated { gate_act = silu }");
+  for (const Region& region : {fused, gated, region_of("matmul { }")}) {
+    EXPECT_NE(source(region, "1").find("fusor_ukr_pack(kc, ain"), std::string::npos) << name << print_region(region);
+    EXPECT_EQ(source(region, "0").find("fusor_ukr_pack("), std::string::npos) << name << print_region(region);
+  }
+  EXPECT_EQ(source(region_of("fused { epilogue = [bias]; storage = bf16 }"), "1").find("fusor_ukr_pack("),
+            std::string::npos);
+  EXPECT_EQ(source(region_of("matmul { transpose_b = true }"), "1").find("fusor_ukr_pack("), std::string::npos);
+  const auto run = [&](const Region& region, const std::vector<Tensor>& operands, const char* bfuse, const char* kc) {
+    ExecuteOptions o;
+    o.candidate = x86_candidate(region_kind(region), name);
+    o.emit.options = {{"bfuse", bfuse}, {"kc", kc}, {"serial", "0"}};
+    o.reference_fallback = false;
+    return execute_on_target(x86(), region, operands, o);
+  };
+  for (const Region& region : {fused, gated})
+    for (const auto& [dims, kc] : std::vector<std::pair<ProblemShape, const char*>>{{gemm(129, 300, 129), "40"},
+                                                                                    {gemm(9, 300, 50), "768"},
+                                                                                    {gemm(45, 640, 300), "768"},
+                                                                                    {gemm(45, 200, 50), "40"}}) {
+      const auto operands = make_operands(region, dims, 39, 0.5);
+      auto pass = run(region, operands, "0", kc);
+      auto tiles = run(region, operands, "1", kc);
+      ASSERT_TRUE(pass.ok() && tiles.ok()) << name << print_region(region);
+      EXPECT_EQ(tiles->tag, name);
+      EXPECT_TRUE(tiles->verified);
+      EXPECT_EQ(std::memcmp(pass->output.data.data(), tiles->output.data.data(), 4 * pass->output.data.size()), 0)
+          << name << print_region(region) << " M=" << dims.M << " N=" << dims.N << " K=" << dims.K;
+      auto ref = evaluate_reference(region, operands);
+      ASSERT_TRUE(ref.ok()) << ref.error().str();
+      EXPECT_TRUE(all_close(tiles->output, *ref, storage_atol(region)))
+          << name << print_region(region) << " M=" << dims.M << " N=" << dims.N << " K=" << dims.K;
+    }
 }
 
 } // namespace fusor::testing

@@ -13,28 +13,26 @@ namespace fusor::x86::simd {
 
 namespace {
 
-// The register tile as function `name`; `a_at` is A's element of row R (a number) at k; B's
-// rows are `ldb` floats apart (32 when packed), `ld_params` the stride parameters after a and b.
-std::string avx2_ukr(int mr, const std::string& name, const std::function<std::string(const std::string&)>& a_at,
-                     const std::string& ldb = "32", bool ld_params = false) {
+// The register tile as function `name(kc, <params>, c, ldc, cin, ldin)`; `a_at` is A's element
+// of row R (a number) at k; `half` starts a 16-column half h (0 or 16) and `step` loads its B
+// vectors b0 and b1 at k.
+std::string avx2_tile(int mr, const std::string& name, const std::string& params, const std::string& half,
+                      const std::string& step, const std::function<std::string(const std::string&)>& a_at) {
   // fusor_ukr's contract (x86_simd_common.hpp): c[MR][32] = cin + a^T b, cin may be c (each
   // half reads its own columns of cin before it writes them) or NULL for zero. As the zmm
   // tile, the accumulators start from zero every FUSOR_KSUB steps and are added to cin (the first
   // time) or to c (after): a three-level sum over K.
-  std::string s = "static void " + name + "(int64_t kc, const float* restrict a, " +
-                  (ld_params ? "int64_t lda, " : "") + "const float* restrict b, " +
-                  (ld_params ? "int64_t ldb, " : "") + "float* c, int64_t ldc, const float* cin, int64_t ldin) {\n";
+  std::string s =
+      "static void " + name + "(int64_t kc, " + params + ", float* c, int64_t ldc, const float* cin, int64_t ldin) {\n";
   const std::string sub = "FUSOR_KSUB";
-  s += "  for (int64_t h = 0; h < 32; h += 16) {\n";
+  s += "  for (int64_t h = 0; h < 32; h += 16) {\n" + half;
   for (int r = 0; r < mr; ++r)
     s += "    __m256 c" + std::to_string(r) + "_0 = _mm256_setzero_ps(), c" + std::to_string(r) +
          "_1 = _mm256_setzero_ps();\n";
   s += "    for (int64_t k0 = 0;; k0 += " + sub + ") {\n";
   s += "      const int64_t k1 = kc - k0 > " + sub + " ? k0 + " + sub + " : kc;\n";
   s += "      #pragma GCC unroll 4\n";
-  s += "      for (int64_t k = k0; k < k1; ++k) {\n";
-  s += "        const __m256 b0 = _mm256_loadu_ps(b + k * " + ldb + " + h), b1 = _mm256_loadu_ps(b + k * " + ldb +
-       " + h + 8);\n";
+  s += "      for (int64_t k = k0; k < k1; ++k) {\n" + step;
   for (int r = 0; r < mr; ++r) {
     const std::string R = std::to_string(r);
     s += "        { const __m256 av = _mm256_broadcast_ss(" + a_at(R) + "); c" + R + "_0 = _mm256_fmadd_ps(av, b0, c" +
@@ -61,11 +59,40 @@ std::string avx2_ukr(int mr, const std::string& name, const std::function<std::s
   return s;
 }
 
+// B's half at k from rows `ldb` floats apart (32 when packed).
+std::string strided_b_step(const std::string& ldb) {
+  return "        const __m256 b0 = _mm256_loadu_ps(b + k * " + ldb + " + h), b1 = _mm256_loadu_ps(b + k * " + ldb +
+         " + h + 8);\n";
+}
+
+// A's tile with A packed [kc][mr] (row R at a + k * mr + R).
+std::function<std::string(const std::string&)> packed_a(int mr) {
+  const std::string MR = std::to_string(mr);
+  return [MR](const std::string& r) { return "a + k * " + MR + " + " + r; };
+}
+
 } // namespace
 
 std::string avx2_packed_ukr(int rows, int mr, const std::string& name) {
-  const std::string MR = std::to_string(mr);
-  return avx2_ukr(rows, name, [&](const std::string& r) { return "a + k * " + MR + " + " + r; });
+  return avx2_tile(rows, name, "const float* restrict a, const float* restrict b", "", strided_b_step("32"),
+                   packed_a(mr));
+}
+
+// fusor_ukr_pack's ymm tile (x86_simd_common.hpp, avx512_packing_ukr): each half reads its 16
+// columns of B where they lie (the first half from b, the second from b2) and stores them to
+// the packed panel bp as it uses them, prefetching `ahead` rows early.
+std::string avx2_packing_ukr(int mr, int ahead) {
+  std::string step =
+      "        const float* restrict bk = bs + k * ldb;\n"
+      "        const __m256 b0 = _mm256_loadu_ps(bk), b1 = _mm256_loadu_ps(bk + 8);\n"
+      "        _mm256_storeu_ps(bp + k * 32 + h, b0);\n        _mm256_storeu_ps(bp + k * 32 + h + 8, b1);\n";
+  if (ahead > 0)
+    step += "        _mm_prefetch((const char*)(bk + " + std::to_string(ahead) + " * ldb), _MM_HINT_T0);\n" +
+            "        _mm_prefetch((const char*)(bk + " + std::to_string(ahead) + " * ldb + 15), _MM_HINT_T0);\n";
+  return avx2_tile(mr, "fusor_ukr_pack",
+                   "const float* restrict a, const float* restrict b, const float* restrict b2, int64_t ldb, "
+                   "float* restrict bp",
+                   "    const float* restrict bs = h == 0 ? b : b2;\n", step, packed_a(mr));
 }
 
 std::string avx2_micro_kernel_source(int mr, int ksub) {
@@ -74,14 +101,15 @@ std::string avx2_micro_kernel_source(int mr, int ksub) {
 
 // fusor_ukr_direct's ymm tile (x86_simd_common.hpp): six rows or fewer keep a pointer each.
 std::string avx2_direct_ukr(int rows, const std::string& name) {
-  return avx2_ukr(
-      rows, name, [](const std::string& r) { return "a + " + r + " * lda + k"; }, "ldb", true);
+  return avx2_tile(rows, name, "const float* restrict a, int64_t lda, const float* restrict b, int64_t ldb", "",
+                   strided_b_step("ldb"), [](const std::string& r) { return "a + " + r + " * lda + k"; });
 }
 
 // Attention's P·V reads the probabilities where the softmax left them, rows FUSOR_NB floats
 // apart (a constant: the six row streams address by immediates), instead of a transposed copy.
 std::string avx2_rows_kernel_source(int mr) {
-  return avx2_ukr(mr, "fusor_ukr_rows", [](const std::string& r) { return "a + " + r + " * FUSOR_NB + k"; });
+  return avx2_tile(mr, "fusor_ukr_rows", "const float* restrict a, const float* restrict b", "", strided_b_step("32"),
+                   [](const std::string& r) { return "a + " + r + " * FUSOR_NB + k"; });
 }
 
 } // namespace fusor::x86::simd

@@ -53,7 +53,7 @@ struct Tuning {
   // output rows it will store (for writing) and the residual rows it will read before its
   // micro-kernel runs, so the epilogue finds them in cache (0: no).
   int epf = 1;
-  // GEMM-rooted kinds on the zmm tile, f32 B [K, N]: the first A panel's tiles of a block of B's
+  // GEMM-rooted kinds on the zmm and ymm tiles, f32 B [K, N]: the first A panel's tiles of a block of B's
   // panels read B where it lies and pack it as they go (fusor_ukr_pack), instead of a packing
   // pass before the block's tiles (0: the pass).
   int bfuse = 1;
@@ -95,6 +95,8 @@ std::string avx2_micro_kernel_source(int mr, int ksub);
 // (x86_avx2_gemm.cpp) The ymm tiles of `rows` rows: A packed [kc][mr], or read in place.
 std::string avx2_packed_ukr(int rows, int mr, const std::string& name);
 std::string avx2_direct_ukr(int rows, const std::string& name);
+// (x86_avx2_gemm.cpp) fusor_ukr_pack's ymm tile: B read in place and packed as it is used.
+std::string avx2_packing_ukr(int mr, int ahead);
 // The same tile as `fusor_ukr_rows`, whose A is row-major with rows FUSOR_NB floats apart
 // (attention's probabilities): a[r * FUSOR_NB + k].
 std::string avx2_rows_kernel_source(int mr);
@@ -138,7 +140,7 @@ bool gemm_reads_in_place(const GemmPlan& plan, const StorageLoad& ld, const Tuni
 // stored packed to bp on the way, its rows prefetched pack_ahead rows early.
 std::string edge_tiles_source(int mr, bool avx2, bool in_place, int pack_ahead);
 // Whether the first A panel's tiles of a block of B's panels pack B (Tuning::bfuse): f32
-// B [K, N] on the zmm tile.
+// B [K, N] on the zmm and ymm tiles.
 bool gemm_packs_in_tiles(const GemmPlan& plan, const StorageLoad& ld, const Tuning& tuning);
 // The x86_amx lane (x86_amx_gemm.cpp): bf16 parts an operand needs to be exact (f32 or any
 // prologue: 3; f16: 2; bf16: 1); the head (FUSOR_MR 32, part splitting, tile permission and

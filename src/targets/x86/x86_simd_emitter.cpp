@@ -71,10 +71,10 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
       const std::string name = k.name;
       // The AMX tile is 32 rows; `exact` and `overlap` are AMX's, `stream` the streaming kinds',
       // `bpf`, `ksub` and `epf` the zmm and ymm tiles' (AMX's packing prefetches its own way;
-      // its tiles sum in their own order and keep their own epilogue), `bfuse` the zmm tile's.
+      // its tiles sum in their own order and keep their own epilogue), `bfuse` too.
       if (t.amx
               ? name == "mr" || name == "stream" || name == "bpf" || name == "ksub" || name == "epf" || name == "bfuse"
-              : name == "exact" || name == "overlap" || (t.avx2 && name == "bfuse"))
+              : name == "exact" || name == "overlap")
         continue;
       names += (names.empty() ? "" : ", ") + name;
       if (key == name) knob = &k;

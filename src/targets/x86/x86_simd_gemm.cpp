@@ -171,7 +171,7 @@ std::string rows_dispatch(int mr, const std::string& dispatch, const std::string
 } // namespace
 
 std::string edge_tiles_source(int mr, bool avx2, bool in_place, int pack_ahead) {
-  std::string s = pack_ahead >= 0 ? avx512_packing_ukr(mr, pack_ahead) : "";
+  std::string s = pack_ahead < 0 ? "" : (avx2 ? avx2_packing_ukr(mr, pack_ahead) : avx512_packing_ukr(mr, pack_ahead));
   for (int n : {8, 4, 2, 1})
     if (n < mr)
       s += avx2 ? avx2_packed_ukr(n, mr, "fusor_ukr" + std::to_string(n))
@@ -263,7 +263,7 @@ std::string skinny_gemm(const GemmPlan& plan, const StorageLoad& ld) {
 } // namespace
 
 bool gemm_packs_in_tiles(const GemmPlan& plan, const StorageLoad& ld, const Tuning& tuning) {
-  return tuning.bfuse && !tuning.amx && !tuning.avx2 && ld.dtype == DType::f32 && !plan.b_trans;
+  return tuning.bfuse && !tuning.amx && ld.dtype == DType::f32 && !plan.b_trans;
 }
 
 bool gemm_reads_in_place(const GemmPlan& plan, const StorageLoad& ld, const Tuning& tuning) {

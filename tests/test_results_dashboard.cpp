@@ -1,0 +1,140 @@
+// fusor-results' reading of bench results: every layout the committed files use, the
+// ranges and verdicts per target, newest-first order, and errors that name the file.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <unistd.h>
+
+#include "dashboard.hpp"
+
+namespace fusor::results {
+namespace {
+
+using nlohmann::json;
+
+json gemm_case(double ratio, const char* lane = "x86_avx512") {
+  return {{"case", "gemm_bias_gelu_1024x1024x1024"}, {"fusor_ms", 5.0}, {"onednn_ratio", ratio}, {"lane", lane}};
+}
+
+const json kZen5 = {{"cpu_model", "AMD EPYC"},
+                    {"isa", "x86_64 avx2 fma avx512f avx512bw | AMD EPYC (family 26 model 2)"}};
+const json kAmx = {{"cpu_model", "Intel(R) Xeon(R) Processor"},
+                   {"isa", "x86_64 avx2 fma avx512f amx | Intel(R) Xeon(R) Processor (family 6 model 207)"}};
+
+TEST(ResultsDashboard, ReadsEveryRunLayoutWithRangesAndVerdicts) {
+  // runs as {cases, machine} objects (fusor-bench --save), plus an AVX2 block of plain lists.
+  const json doc = {
+      {"machine", kZen5},
+      {"runs",
+       {{{"cases",
+          {gemm_case(0.97),
+           gemm_case(1.05),
+           {{"case", "gated_silu_512x768x2048"}, {"onednn_ratio", 1.25}, {"lane", "x86_avx512"}},
+           {{"case", "rmsnorm_residual_weight_4096x4096"}, {"fraction_of_copy_bw", 0.79}, {"copy_ratio", 0.5}},
+           {{"case", "not_a_target_case"}, {"onednn_ratio", 0.1}}}},
+         {"machine", kAmx}},
+        {{"cases", {gemm_case(0.93, "x86_amx"), {{"case", "gated_silu_512x768x2048"}, {"onednn_ratio", 1.1}}}}}}},
+      {"avx2_runs", {json::array({gemm_case(0.99, "x86_avx2")})}}};
+  auto rows = rows_of("cpu-2026-12-03-ak-dev.json", doc);
+  ASSERT_TRUE(rows.ok()) << rows.error().str();
+  ASSERT_EQ(rows->size(), 2u);
+  const Row& r = (*rows)[0];
+  EXPECT_EQ(r.block, "runs");
+  EXPECT_EQ(r.run_id, "ak");
+  EXPECT_EQ(r.date, "2026-12-03");
+  EXPECT_EQ(r.runs, 2);
+  // A run's own machine wins over the file's.
+  EXPECT_EQ(r.machine, "Intel Xeon (family 6 model 207), AMX");
+  EXPECT_EQ(r.lanes, "x86_amx, x86_avx512");
+  const Span& gemm = r.spans.at(targets()[0].column);
+  EXPECT_DOUBLE_EQ(gemm.lo, 0.93);
+  EXPECT_DOUBLE_EQ(gemm.hi, 1.05);
+  EXPECT_EQ(gemm.met, 2);
+  EXPECT_EQ(gemm.total, 3);
+  const Span& gated = r.spans.at(targets()[1].column);
+  EXPECT_EQ(gated.met, 1);
+  EXPECT_EQ(gated.total, 2);
+  // Norm chains are judged on the share of copy bandwidth, not the time ratio.
+  const Span& norm = r.spans.at(targets().back().column);
+  EXPECT_DOUBLE_EQ(norm.lo, 0.79);
+  EXPECT_EQ(norm.met, 0);
+  EXPECT_EQ(r.cases.count("not_a_target_case"), 0u);
+
+  const Row& avx2 = (*rows)[1];
+  EXPECT_EQ(avx2.block, "avx2_runs");
+  EXPECT_EQ(avx2.runs, 1);
+  EXPECT_EQ(avx2.machine, "AMD EPYC (family 26 model 2), AVX-512");
+  EXPECT_EQ(avx2.lanes, "x86_avx2");
+
+  const std::string page = render(*rows);
+  EXPECT_NE(page.find("| 0.93–1.05 mixed 2/3 |"), std::string::npos) << page;
+  EXPECT_NE(page.find("| 1.10–1.25 mixed 1/2 |"), std::string::npos) << page;
+  EXPECT_NE(page.find("| 0.79 missed 0/1 |"), std::string::npos) << page;
+  EXPECT_NE(page.find("| 0.99 met 1/1 |"), std::string::npos) << page;
+  // Case by case: a case below its bar in any run is marked.
+  EXPECT_NE(page.find("| `gemm_bias_gelu_1024x1024x1024` | 0.95 | 0.93–1.05 ✗ | 0.99 |"), std::string::npos) << page;
+}
+
+TEST(ResultsDashboard, PlainCaseListsAndFilesWithoutTargetCases) {
+  const json one_run = {{"machine", {{"cpu_model", "AMD EPYC"}, {"isa", "x86_64 avx2 fma | AMD EPYC"}}},
+                        {"cases", {gemm_case(1.0)}}};
+  auto rows = rows_of("cpu-2026-11-30.json", one_run);
+  ASSERT_TRUE(rows.ok());
+  ASSERT_EQ(rows->size(), 1u);
+  EXPECT_EQ((*rows)[0].run_id, "");
+  EXPECT_EQ((*rows)[0].machine, "AMD EPYC, AVX2");
+  // A value just below its bar never reads as the bar.
+  rows = rows_of("cpu-2026-11-30.json", {{"cases", {gemm_case(0.9496)}}});
+  ASSERT_TRUE(rows.ok());
+  EXPECT_NE(render(*rows).find("| 0.949 missed 0/1 |"), std::string::npos) << render(*rows);
+  EXPECT_EQ((*rows)[0].machine, "unknown machine");
+  // A/B experiments keep their rows under other keys: no block.
+  const json ab = {{"machine", kZen5}, {"gemm_ab_rows", {{{"case", "x"}, {"onednn_ratio", 1.0}}}}};
+  rows = rows_of("cpu-2026-12-02-ad-lent-gemm-ab.json", ab);
+  ASSERT_TRUE(rows.ok());
+  EXPECT_TRUE(rows->empty());
+}
+
+TEST(ResultsDashboard, MalformedFilesAreErrorsNamingThem) {
+  auto rows = rows_of("cpu-x.json", json::array());
+  ASSERT_FALSE(rows.ok());
+  EXPECT_EQ(rows.error().code, ErrorCode::parse);
+  EXPECT_NE(rows.error().message.find("cpu-x.json"), std::string::npos);
+  rows = rows_of("cpu-y.json", {{"cases", {{{"case", "gated_silu_512x768x2048"}, {"onednn_ratio", "fast"}}}}});
+  ASSERT_FALSE(rows.ok());
+  EXPECT_NE(rows.error().message.find("cpu-y.json"), std::string::npos);
+  EXPECT_NE(rows.error().message.find("onednn_ratio"), std::string::npos);
+
+  const auto dir = std::filesystem::temp_directory_path() / ("fusor-results-test-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "cpu-2026-12-01-bad.json") << "{ not json";
+  auto all = read_results(dir);
+  ASSERT_FALSE(all.ok());
+  EXPECT_NE(all.error().message.find("cpu-2026-12-01-bad.json"), std::string::npos) << all.error().message;
+  std::filesystem::remove_all(dir);
+  all = read_results(dir);
+  ASSERT_FALSE(all.ok());
+  EXPECT_EQ(all.error().code, ErrorCode::io_error);
+}
+
+TEST(ResultsDashboard, NewestSessionFirst) {
+  const auto dir = std::filesystem::temp_directory_path() / ("fusor-results-order-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const json doc = {{"machine", kZen5}, {"cases", {gemm_case(1.0)}}};
+  for (const char* name : {"cpu-2026-12-02-z-lent.json", "cpu-2026-12-02-aa-dev.json", "cpu-2026-12-01-x-lent.json",
+                           "cpu-2026-12-02-y-lent.json"})
+    std::ofstream(dir / name) << doc.dump();
+  std::ofstream(dir / "gpu-bench.jsonl") << "not read";
+  auto rows = read_results(dir);
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(rows.ok()) << rows.error().str();
+  std::vector<std::string> order;
+  for (const Row& r : *rows) order.push_back(r.file);
+  EXPECT_EQ(order, (std::vector<std::string>{"cpu-2026-12-02-aa-dev.json", "cpu-2026-12-02-z-lent.json",
+                                             "cpu-2026-12-02-y-lent.json", "cpu-2026-12-01-x-lent.json"}));
+}
+
+} // namespace
+} // namespace fusor::results

@@ -1,0 +1,51 @@
+// The targets dashboard (docs/targets.md): issue 8's performance targets, read from the
+// committed bench results (bench/results/cpu-*.json) and rendered as Markdown, so the page
+// says what the files say and CI can check that it still does.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "fusor/error.hpp"
+
+namespace fusor::results {
+
+// One target: the cases it covers, the metric read from each case and the bar it must reach.
+struct Target {
+  std::string column;             // heading in the dashboard
+  std::vector<std::string> cases; // bench case names
+  std::string metric;             // case field: onednn_ratio, fraction_of_copy_bw
+  double bar = 0;                 // met when metric >= bar
+};
+const std::vector<Target>& targets();
+
+// The values of one target over one row's runs and cases.
+struct Span {
+  double lo = 0, hi = 0;
+  int met = 0, total = 0;
+};
+
+// One block of runs in one results file ("runs", "cases" or "avx2_runs").
+struct Row {
+  std::string file;    // file name, e.g. cpu-2026-12-02-aj-lent.json
+  std::string block;   // the key the runs sit under
+  std::string run_id;  // the session's letters (aj), or "" when the name has none
+  std::string date;    // 2026-12-02
+  std::string machine; // cpu model and the ISA class: "AMD EPYC, AVX-512"
+  std::string lanes;   // lanes the cases ran on, comma-separated ("-" when not recorded)
+  int runs = 0;
+  std::map<std::string, Span> spans;                // by Target::column
+  std::map<std::string, std::vector<double>> cases; // metric values by case name
+};
+
+// The rows of one parsed results file (none when it holds no runs of the listed cases).
+Expected<std::vector<Row>> rows_of(const std::string& file, const nlohmann::json& doc);
+// Every cpu-*.json under `dir`, newest session first.
+Expected<std::vector<Row>> read_results(const std::filesystem::path& dir);
+std::string render(const std::vector<Row>& rows);
+
+} // namespace fusor::results

@@ -90,6 +90,11 @@ TEST(ResultsDashboard, PlainCaseListsAndFilesWithoutTargetCases) {
   ASSERT_TRUE(rows.ok());
   EXPECT_NE(render(*rows).find("| 0.949 missed 0/1 |"), std::string::npos) << render(*rows);
   EXPECT_EQ((*rows)[0].machine, "unknown machine");
+  // Fields of the wrong type name nothing they cannot: no exception escapes.
+  rows =
+      rows_of("cpu-2026-11-30.json", {{"machine", {{"cpu_model", 7}, {"isa", nullptr}}}, {"cases", {gemm_case(1.0)}}});
+  ASSERT_TRUE(rows.ok());
+  EXPECT_EQ((*rows)[0].machine, "unknown CPU, AVX2");
   // A/B experiments keep their rows under other keys: no block.
   const json ab = {{"machine", kZen5}, {"gemm_ab_rows", {{{"case", "x"}, {"onednn_ratio", 1.0}}}}};
   rows = rows_of("cpu-2026-12-02-ad-lent-gemm-ab.json", ab);

@@ -44,10 +44,14 @@ Error bad(const std::string& file, const std::string& what) {
 // "Intel(R) Xeon(R) Processor" + "... amx | Intel(R) ... (family 6 model 207)" ->
 // "Intel Xeon (family 6 model 207), AMX".
 std::string machine_label(const nlohmann::json& machine) {
-  std::string model = machine.value("cpu_model", std::string("unknown CPU"));
+  const auto text = [&](const char* key) {
+    const auto it = machine.find(key);
+    return it != machine.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  std::string model = text("cpu_model").empty() ? "unknown CPU" : text("cpu_model");
   for (const std::string noise : {"(R)", "(TM)", " Processor"})
     for (auto at = model.find(noise); at != std::string::npos; at = model.find(noise)) model.erase(at, noise.size());
-  const std::string isa = machine.value("isa", std::string());
+  const std::string isa = text("isa");
   std::smatch family;
   static const std::regex kFamily(R"(\((family \d+ model \d+)\))");
   if (std::regex_search(isa, family, kFamily)) model += " (" + family[1].str() + ")";

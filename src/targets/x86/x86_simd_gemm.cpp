@@ -17,7 +17,8 @@
 // Gated regions interleave Wg and Wu per panel ([16 gate columns | 16 up columns]) so one
 // micro-kernel call yields both products of the same output columns. The x86_amx lane runs
 // this loop nest with its own packing and micro-kernel (Tuning::amx, x86_amx_gemm.cpp), the
-// x86_avx2 lane with an AVX2 micro-kernel, scalar packing and the float-loop epilogue
+// x86_avx2 lane with an AVX2 micro-kernel (f32 B packed by its first tiles too), scalar packing
+// otherwise and the float-loop epilogue
 // (Tuning::avx2, x86_avx2_gemm.cpp).
 #include <functional>
 

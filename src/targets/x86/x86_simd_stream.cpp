@@ -324,9 +324,12 @@ std::string norm_chain_body(const NormChainRegion& r, bool avx2) {
   s += "    const int64_t r_lo = rows / nt_ * id_ + (id_ < rows % nt_ ? id_ : rows % nt_);\n";
   s += "    const int64_t r_hi = r_lo + rows / nt_ + (id_ < rows % nt_ ? 1 : 0);\n";
   std::string buffers_ok;
+  // (Per-thread scratch kept between calls: a row of a long-row call is not allocated again.)
+  int slot = 0;
   for (const auto& [want, name] : {std::pair{staged, "tb"}, std::pair{keep_terms, "eb_"}})
     if (want) {
-      s += std::string("    float* restrict ") + name + " = (float*)fusor_alloc(sizeof(float) * (size_t)row_len);\n";
+      s += std::string("    float* restrict ") + name + " = (float*)fusor_scratch(" + std::to_string(slot++) +
+           ", sizeof(float) * (size_t)row_len);\n";
       s += std::string("    if (!") + name + ") {\n      #pragma omp atomic write\n      failed = 1;\n    }\n";
       buffers_ok += std::string(name) + " && ";
     }
@@ -428,8 +431,6 @@ std::string norm_chain_body(const NormChainRegion& r, bool avx2) {
   if (max_ahead) s += vec.reduce_max("e_", "mx_", "        ");
   s += "      }\n    }\n";
   s += "    if (nt_out) _mm_sfence(); /* streaming stores are weakly ordered: drain before the join */\n";
-  if (staged) s += "    free(tb);\n";
-  if (keep_terms) s += "    free(eb_);\n";
   s += "  }\n  return failed ? 2 : 0;\n";
   return s;
 }

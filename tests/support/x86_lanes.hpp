@@ -180,14 +180,16 @@ inline ProblemShape elementwise(Shape shape) {
 }
 
 // f32 B [K, N] on lane `name`: a block's first A panel packs B's whole panels as its tiles read
-// them (fusor_ukr_pack, bfuse=1) instead of a packing pass before them; 16-bit or transposed B
+// them (fusor_ukr_pack, bfuse=1) instead of a packing pass before them, and with bnext=1 (the
+// default) a panel's later tiles pack the next panel (fusor_ukr_copy); 16-bit or transposed B
 // keeps the pass. The same products in the same order: the bits of bfuse=0, on blocks with edge
-// panels (N = 300), first A panels short of a tile (M = 9: packed by the pass), K blocks, both
-// gated products and a narrow B read in place (N = 200), each also against the reference.
+// panels (N = 300), first A panels short of a tile (M = 9: packed by the pass), blocks of three
+// tiles (M = 45), K blocks, both gated products and a narrow B read in place (N = 200), each
+// also against the reference.
 inline void expect_b_packed_by_first_tiles(std::string_view name) {
-  const auto source = [&](const Region& region, const char* bfuse) {
+  const auto source = [&](const Region& region, const char* bfuse, const char* bnext = "1") {
     EmitOptions o;
-    o.options = {{"bfuse", bfuse}};
+    o.options = {{"bfuse", bfuse}, {"bnext", bnext}};
     auto src = x86_candidate(region_kind(region), name)->emit(region, o);
     EXPECT_TRUE(src.ok()) << src.error().str();
     return src.ok() ? src->source : std::string();
@@ -197,14 +199,17 @@ inline void expect_b_packed_by_first_tiles(std::string_view name) {
   for (const Region& region : {fused, gated, region_of("matmul { }")}) {
     EXPECT_NE(source(region, "1").find("fusor_ukr_pack(kc, ain"), std::string::npos) << name << print_region(region);
     EXPECT_EQ(source(region, "0").find("fusor_ukr_pack("), std::string::npos) << name << print_region(region);
+    EXPECT_NE(source(region, "1").find("fusor_ukr_copy(kc, ain"), std::string::npos) << name << print_region(region);
+    EXPECT_EQ(source(region, "1", "0").find("fusor_ukr_copy("), std::string::npos) << name << print_region(region);
   }
   EXPECT_EQ(source(region_of("fused { epilogue = [bias]; storage = bf16 }"), "1").find("fusor_ukr_pack("),
             std::string::npos);
   EXPECT_EQ(source(region_of("matmul { transpose_b = true }"), "1").find("fusor_ukr_pack("), std::string::npos);
-  const auto run = [&](const Region& region, const std::vector<Tensor>& operands, const char* bfuse, const char* kc) {
+  const auto run = [&](const Region& region, const std::vector<Tensor>& operands, const char* bfuse, const char* kc,
+                       const char* bnext = "1") {
     ExecuteOptions o;
     o.candidate = x86_candidate(region_kind(region), name);
-    o.emit.options = {{"bfuse", bfuse}, {"kc", kc}, {"serial", "0"}};
+    o.emit.options = {{"bfuse", bfuse}, {"kc", kc}, {"serial", "0"}, {"bnext", bnext}};
     o.reference_fallback = false;
     return execute_on_target(x86(), region, operands, o);
   };
@@ -216,11 +221,13 @@ inline void expect_b_packed_by_first_tiles(std::string_view name) {
       const auto operands = make_operands(region, dims, 39, 0.5);
       auto pass = run(region, operands, "0", kc);
       auto tiles = run(region, operands, "1", kc);
-      ASSERT_TRUE(pass.ok() && tiles.ok()) << name << print_region(region);
+      auto first_tiles = run(region, operands, "1", kc, "0");
+      ASSERT_TRUE(pass.ok() && tiles.ok() && first_tiles.ok()) << name << print_region(region);
       EXPECT_EQ(tiles->tag, name);
       EXPECT_TRUE(tiles->verified);
-      EXPECT_EQ(std::memcmp(pass->output.data.data(), tiles->output.data.data(), 4 * pass->output.data.size()), 0)
-          << name << print_region(region) << " M=" << dims.M << " N=" << dims.N << " K=" << dims.K;
+      for (const auto* packed : {&*tiles, &*first_tiles})
+        EXPECT_EQ(std::memcmp(pass->output.data.data(), packed->output.data.data(), 4 * pass->output.data.size()), 0)
+            << name << print_region(region) << " M=" << dims.M << " N=" << dims.N << " K=" << dims.K;
       auto ref = evaluate_reference(region, operands);
       ASSERT_TRUE(ref.ok()) << ref.error().str();
       EXPECT_TRUE(all_close(tiles->output, *ref, storage_atol(region)))

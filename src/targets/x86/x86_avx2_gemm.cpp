@@ -95,6 +95,15 @@ std::string avx2_packing_ukr(int mr, int ahead) {
                    "    const float* restrict bs = h == 0 ? b : b2;\n", step, packed_a(mr));
 }
 
+// fusor_ukr_copy's ymm tile (x86_simd_common.hpp): each half copies its 16-column run of the
+// rows (the first half from src, the second from src2).
+std::string avx2_copying_ukr(int mr) {
+  const std::vector<CopyRun> runs{{"cs", "h"}};
+  return avx2_tile(mr, "fusor_ukr_copy", copying_ukr_params(),
+                   "    const float* restrict cs = h == 0 ? src : src2;\n" + copy_setup(runs, "    "),
+                   strided_b_step("32") + copy_step(runs, true, "        "), packed_a(mr));
+}
+
 std::string avx2_micro_kernel_source(int mr, int ksub) {
   return "#define FUSOR_MR " + std::to_string(mr) + "\n" + ksub_define(ksub) + avx2_packed_ukr(mr, mr, "fusor_ukr");
 }

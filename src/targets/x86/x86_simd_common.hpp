@@ -57,6 +57,11 @@ struct Tuning {
   // panels read B where it lies and pack it as they go (fusor_ukr_pack), instead of a packing
   // pass before the block's tiles (0: the pass).
   int bfuse = 1;
+  // With bfuse: a block's next whole panel of B is packed by this panel's tiles after the
+  // first, a piece of its rows each (fusor_ukr_copy), so only an item's first panel is packed
+  // by its first tile (0: every panel by its first tile, fusor_ukr_pack, which then waits on
+  // B's rows: 17 % of a gated call's time for 6 % of its products on Zen 5).
+  int bnext = 1;
 };
 
 // `#pragma omp parallel<rest>` that runs on the calling thread alone while `work` (an
@@ -97,6 +102,7 @@ std::string avx2_packed_ukr(int rows, int mr, const std::string& name);
 std::string avx2_direct_ukr(int rows, const std::string& name);
 // (x86_avx2_gemm.cpp) fusor_ukr_pack's ymm tile: B read in place and packed as it is used.
 std::string avx2_packing_ukr(int mr, int ahead);
+std::string avx2_copying_ukr(int mr);
 // The same tile as `fusor_ukr_rows`, whose A is row-major with rows FUSOR_NB floats apart
 // (attention's probabilities): a[r * FUSOR_NB + k].
 std::string avx2_rows_kernel_source(int mr);
@@ -138,10 +144,29 @@ bool gemm_reads_in_place(const GemmPlan& plan, const StorageLoad& ld, const Tuni
 // `fusor_ukr_pack(kc, a, b, b2, ldb, bp, c, ldc, cin, ldin)` is fusor_ukr's tile with B's 32
 // columns read where they lie (b[k * ldb + j] for j < 16, b2[k * ldb + j - 16] after) and
 // stored packed to bp on the way, its rows prefetched pack_ahead rows early.
-std::string edge_tiles_source(int mr, bool avx2, bool in_place, int pack_ahead);
+// With `copies` (gemm_copies_next_panel), `fusor_ukr_copy(kc, a, b, src, src2, lds, dst, n, c,
+// ldc, cin, ldin)` is fusor_ukr's tile that also copies n rows of another panel's two 16-column
+// runs (src[j * lds ..] and src2[j * lds ..] to dst[j * 32 ..] and dst[j * 32 + 16 ..]), one
+// row every kc / n steps, each prefetched kCopyAhead copies earlier.
+std::string edge_tiles_source(int mr, bool avx2, bool in_place, int pack_ahead, bool copies);
 // Whether the first A panel's tiles of a block of B's panels pack B (Tuning::bfuse): f32
 // B [K, N] on the zmm and ymm tiles.
 bool gemm_packs_in_tiles(const GemmPlan& plan, const StorageLoad& ld, const Tuning& tuning);
+// Whether, on top of that, a panel's tiles pack the next panel (Tuning::bnext).
+bool gemm_copies_next_panel(const GemmPlan& plan, const StorageLoad& ld, const Tuning& tuning);
+// fusor_ukr_copy's parts, shared by the zmm and ymm tiles: its parameters; the counters and
+// the first kCopyAhead rows' prefetches (setup); the step that copies every kc / n steps the
+// next row of each run (`from`, a source pointer, to dst's row + `to`) and prefetches the row
+// kCopyAhead ahead. B's rows lie on few cache sets when N is a power of two: lines fetched
+// much earlier were evicted before use, and a tile copying a row every step (fusor_ukr_pack)
+// waits on memory.
+inline constexpr int kCopyAhead = 4;
+struct CopyRun {
+  std::string from, to;
+};
+std::string copying_ukr_params();
+std::string copy_setup(const std::vector<CopyRun>& runs, const std::string& indent);
+std::string copy_step(const std::vector<CopyRun>& runs, bool avx2, const std::string& indent);
 // The x86_amx lane (x86_amx_gemm.cpp): bf16 parts an operand needs to be exact (f32 or any
 // prologue: 3; f16: 2; bf16: 1); the head (FUSOR_MR 32, part splitting, tile permission and
 // configuration, `fusor_amx_ukr` with fusor_ukr's contract on packed bf16 panels); the

@@ -64,17 +64,18 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
                                       {"bpf", &simd::Tuning::bpf, 0, 256},
                                       {"ksub", &simd::Tuning::ksub, 0, 1 << 16},
                                       {"epf", &simd::Tuning::epf, 0, 1},
-                                      {"bfuse", &simd::Tuning::bfuse, 0, 1}};
+                                      {"bfuse", &simd::Tuning::bfuse, 0, 1},
+                                      {"bnext", &simd::Tuning::bnext, 0, 1}};
     const Knob* knob = nullptr;
     std::string names;
     for (const Knob& k : kKnobs) {
       const std::string name = k.name;
       // The AMX tile is 32 rows; `exact` and `overlap` are AMX's, `stream` the streaming kinds',
       // `bpf`, `ksub` and `epf` the zmm and ymm tiles' (AMX's packing prefetches its own way;
-      // its tiles sum in their own order and keep their own epilogue), `bfuse` too.
-      if (t.amx
-              ? name == "mr" || name == "stream" || name == "bpf" || name == "ksub" || name == "epf" || name == "bfuse"
-              : name == "exact" || name == "overlap")
+      // its tiles sum in their own order and keep their own epilogue), `bfuse` and `bnext` too.
+      if (t.amx ? name == "mr" || name == "stream" || name == "bpf" || name == "ksub" || name == "epf" ||
+                      name == "bfuse" || name == "bnext"
+                : name == "exact" || name == "overlap")
         continue;
       names += (names.empty() ? "" : ", ") + name;
       if (key == name) knob = &k;
@@ -241,7 +242,8 @@ Expected<KernelSource> emit_lane(const Region& region, const EmitOptions& option
     head += simd::micro_kernel_source(tuning.mr, tuning.ksub);
   if (plan && !tuning.amx)
     head += simd::edge_tiles_source(tuning.mr, tuning.avx2, simd::gemm_reads_in_place(*plan, ld, tuning),
-                                    simd::gemm_packs_in_tiles(*plan, ld, tuning) ? tuning.bpf : -1);
+                                    simd::gemm_packs_in_tiles(*plan, ld, tuning) ? tuning.bpf : -1,
+                                    simd::gemm_copies_next_panel(*plan, ld, tuning));
   const bool vector_math = kind == RegionKind::pointwise || kind == RegionKind::norm_chain;
   if (!tuning.avx2 && (gemm_kind || kind == RegionKind::attention || vector_math))
     head += codegen::render_avx512_math_helpers(codegen::c99_avx512_dialect());

@@ -4,7 +4,9 @@
 //   pack A (storage -> f32, layout, prologue) into MR-row panels that stay in L2;
 //   for every 4 panels of B: pack them (32 columns each) into a private L2 buffer, then run
 //     the MR x 32 register micro-kernel over every panel x A panel (whole panels of f32 B
-//     [K, N] are packed by the first A panel's tiles instead: fusor_ukr_pack). Inner K
+//     [K, N] are packed by the tiles instead: an item's first panel by its first A panel's
+//     tiles, fusor_ukr_pack, and each next one by the previous panel's later tiles, a piece of
+//     its rows each, fusor_ukr_copy, so B's reads spread over the FMAs). Inner K
 //     blocks leave their partial sums in `out`; the next block's micro-kernel sums from
 //     zero (restarting every FUSOR_KSUB steps) and adds them at its end; at the last block
 //     bias, epilogue, gate and residual from the op table are applied to the L1 tile (16
@@ -32,6 +34,37 @@ using codegen::c99_simd_dialect;
 
 std::string omp_parallel(const std::string& work, const std::string& rest) {
   return "#pragma omp parallel" + rest + " if (parallel: (double)(" + work + ") >= FUSOR_SERIAL_BELOW)";
+}
+
+std::string copying_ukr_params() {
+  return "const float* restrict a, const float* restrict b, const float* restrict src, const float* restrict src2, "
+         "int64_t lds, float* restrict dst, int64_t n";
+}
+
+std::string copy_setup(const std::vector<CopyRun>& runs, const std::string& I) {
+  std::string s =
+      I + "int64_t cpj = 0, cpcnt = 1;\n" + I + "const int64_t cpevery = n > 0 && kc / n > 0 ? kc / n : 1;\n";
+  for (int r = 0; r < kCopyAhead; ++r)
+    for (const CopyRun& run : runs)
+      for (const char* end : {"", " + 15"})
+        s += I + "_mm_prefetch((const char*)(" + run.from + " + " + std::to_string(r) + " * lds" + end +
+             "), _MM_HINT_T0);\n";
+  return s;
+}
+
+std::string copy_step(const std::vector<CopyRun>& runs, bool avx2, const std::string& I) {
+  const std::string A = std::to_string(kCopyAhead);
+  std::string s = I + "if (--cpcnt == 0) {\n" + I + "  cpcnt = cpevery;\n" + I + "  if (cpj < n) {\n";
+  for (const CopyRun& run : runs) {
+    const std::string from = run.from + " + cpj * lds", to = "dst + cpj * 32 + " + run.to;
+    s += avx2 ? I + "    _mm256_storeu_ps(" + to + ", _mm256_loadu_ps(" + from + "));\n" + I + "    _mm256_storeu_ps(" +
+                    to + " + 8, _mm256_loadu_ps(" + from + " + 8));\n"
+              : I + "    _mm512_storeu_ps(" + to + ", _mm512_loadu_ps(" + from + "));\n";
+    // (Both ends: a run off a cache line spans two.)
+    for (const char* end : {"", " + 15"})
+      s += I + "    _mm_prefetch((const char*)(" + run.from + " + (cpj + " + A + ") * lds" + end + "), _MM_HINT_T0);\n";
+  }
+  return s + I + "    ++cpj;\n" + I + "  }\n" + I + "}\n";
 }
 
 namespace {
@@ -119,6 +152,16 @@ std::string avx512_packing_ukr(int mr, int ahead) {
                      "", head, packed_a_at, "");
 }
 
+// fusor_ukr_copy's zmm tile (x86_simd_common.hpp): the two 16-column runs of each copied row
+// from src and src2.
+std::string avx512_copying_ukr(int mr) {
+  const std::vector<CopyRun> runs{{"src", "0"}, {"src2", "16"}};
+  return avx512_tile(mr, "fusor_ukr_copy", copying_ukr_params(), copy_setup(runs, "  "),
+                     "    const __m512 b0 = _mm512_loadu_ps(b + k * 32), b1 = _mm512_loadu_ps(b + k * 32 + 16);\n" +
+                         packed_a_step(mr) + copy_step(runs, false, "    "),
+                     packed_a_at, "");
+}
+
 // fusor_ukr_direct's tile of `rows` rows. The rows' addresses are three bases five rows apart
 // plus 0, lda, 2 lda, 3 lda, 4 lda in bytes (x86 addressing's base + index * scale), so the
 // fourteen A streams need five registers, not fourteen.
@@ -171,8 +214,9 @@ std::string rows_dispatch(int mr, const std::string& dispatch, const std::string
 
 } // namespace
 
-std::string edge_tiles_source(int mr, bool avx2, bool in_place, int pack_ahead) {
+std::string edge_tiles_source(int mr, bool avx2, bool in_place, int pack_ahead, bool copies) {
   std::string s = pack_ahead < 0 ? "" : (avx2 ? avx2_packing_ukr(mr, pack_ahead) : avx512_packing_ukr(mr, pack_ahead));
+  if (copies) s += avx2 ? avx2_copying_ukr(mr) : avx512_copying_ukr(mr);
   for (int n : {8, 4, 2, 1})
     if (n < mr)
       s += avx2 ? avx2_packed_ukr(n, mr, "fusor_ukr" + std::to_string(n))
@@ -265,6 +309,10 @@ std::string skinny_gemm(const GemmPlan& plan, const StorageLoad& ld) {
 
 bool gemm_packs_in_tiles(const GemmPlan& plan, const StorageLoad& ld, const Tuning& tuning) {
   return tuning.bfuse && !tuning.amx && ld.dtype == DType::f32 && !plan.b_trans;
+}
+
+bool gemm_copies_next_panel(const GemmPlan& plan, const StorageLoad& ld, const Tuning& tuning) {
+  return gemm_packs_in_tiles(plan, ld, tuning) && tuning.bnext;
 }
 
 bool gemm_reads_in_place(const GemmPlan& plan, const StorageLoad& ld, const Tuning& tuning) {
@@ -576,6 +624,20 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
   else
     s += "              const float* ain = ap + q * kc * FUSOR_MR;\n"
          "              const float* bin = bp + (p - pb) * kc * 32;\n";
+  const bool copies_next = gemm_copies_next_panel(plan, ld, tuning);
+  if (copies_next) {
+    // The next panel, when whole, is packed by this panel's full tiles q >= 1, a piece of its
+    // rows each (fusor_ukr_copy), into its slot of bp (a ring of NBP panels); its own first
+    // tile then need not pack it.
+    s += "              const int64_t nf = fuse ? mrows / FUSOR_MR : 0;\n";
+    s += "              const int copying = nf > 1 && q > 0 && q < nf && p + 1 < p_hi && (p + 2) * " + CW + " <= N;\n";
+    s += "              const int64_t k0n = copying ? (q - 1) * kc / (nf - 1) : 0;\n";
+    s += "              const int64_t kn = copying ? q * kc / (nf - 1) - k0n : 0;\n";
+    s += "              float* restrict bnext = bp + ((p + 1 - p_lo) % NBP) * kc * 32 + k0n * 32;\n";
+    s += "              const float* bnsrc = copying ? B + (pc + k0n) * N + c0 + " + CW + " : B;\n";
+    s += "              const float* bnsrc2 = copying ? " +
+         std::string(gated ? "B2 + (pc + k0n) * N + c0 + 16" : "bnsrc + 16") + " : B;\n";
+  }
   // In place: A's rows from the operand; B's whole panels too (an edge panel was packed).
   if (in_place)
     s += "              const float* ad = A + r0 * K + pc;\n"
@@ -583,8 +645,14 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
          "              const int64_t ldb = direct && cols == 32 ? N : 32;\n";
   const auto call = [&](const std::string& args) {
     std::string packed = ukr + args + ");\n";
+    if (copies_next)
+      packed = "if (copying) fusor_ukr_copy(kc, ain, bin, bnsrc, bnsrc2, N, bnext, kn, " + args +
+               ");\n                else " + packed;
+    // (With copies_next a panel after the item's first was packed by the one before when the
+    // block has two full tiles.)
     if (packs_in_tiles)
-      packed = "if (fuse && q == 0) fusor_ukr_pack(kc, ain, B + pc * N + c0, " +
+      packed = "if (fuse && q == 0" + std::string(copies_next ? " && (p == p_lo || mrows < 2 * FUSOR_MR)" : "") +
+               ") fusor_ukr_pack(kc, ain, B + pc * N + c0, " +
                std::string(gated ? "B2 + pc * N + c0" : "B + pc * N + c0 + 16") + ", N, (float*)bin, " + args +
                ");\n                else " + packed;
     return in_place ? "if (direct) fusor_ukr_direct(kc, ad, K, bd, ldb, " + args + ");\n                else " + packed

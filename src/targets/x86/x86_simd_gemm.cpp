@@ -44,8 +44,8 @@ std::string copying_ukr_params() {
 std::string copy_setup(const std::vector<CopyRun>& runs, const std::string& I) {
   // (The first copy comes cpevery steps in, not at once: its row was prefetched by the
   // previous tile's last copies or by the prefetches below, which need the time.)
-  std::string s = I + "const int64_t cpevery = n > 0 && kc / n > 0 ? kc / n : 1;\n" + I +
-                  "int64_t cpj = 0, cpcnt = cpevery;\n";
+  std::string s =
+      I + "const int64_t cpevery = n > 0 && kc / n > 0 ? kc / n : 1;\n" + I + "int64_t cpj = 0, cpcnt = cpevery;\n";
   for (int r = 0; r < kCopyAhead; ++r)
     for (const CopyRun& run : runs)
       for (const char* end : {"", " + 15"})

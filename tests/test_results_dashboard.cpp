@@ -48,16 +48,16 @@ TEST(ResultsDashboard, ReadsEveryRunLayoutWithRangesAndVerdicts) {
   // A run's own machine wins over the file's.
   EXPECT_EQ(r.machine, "Intel Xeon (family 6 model 207), AMX");
   EXPECT_EQ(r.lanes, "x86_amx, x86_avx512");
-  const Span& gemm = r.spans.at(targets()[0].column);
+  const Span gemm = span_of(r, targets()[0]).value();
   EXPECT_DOUBLE_EQ(gemm.lo, 0.93);
   EXPECT_DOUBLE_EQ(gemm.hi, 1.05);
   EXPECT_EQ(gemm.met, 2);
   EXPECT_EQ(gemm.total, 3);
-  const Span& gated = r.spans.at(targets()[1].column);
+  const Span gated = span_of(r, targets()[1]).value();
   EXPECT_EQ(gated.met, 1);
   EXPECT_EQ(gated.total, 2);
   // Norm chains are judged on the share of copy bandwidth, not the time ratio.
-  const Span& norm = r.spans.at(targets().back().column);
+  const Span norm = span_of(r, targets().back()).value();
   EXPECT_DOUBLE_EQ(norm.lo, 0.79);
   EXPECT_EQ(norm.met, 0);
   EXPECT_EQ(r.cases.count("not_a_target_case"), 0u);

@@ -123,6 +123,22 @@ const Target* target_of(const std::string& name) {
 
 } // namespace
 
+std::optional<Span> span_of(const Row& row, const Target& target) {
+  std::optional<Span> span;
+  for (const std::string& name : target.cases) {
+    const auto it = row.cases.find(name);
+    if (it == row.cases.end()) continue;
+    for (const double v : it->second) {
+      if (!span) span = Span{v, v, 0, 0};
+      span->lo = std::min(span->lo, v);
+      span->hi = std::max(span->hi, v);
+      span->met += v >= target.bar;
+      ++span->total;
+    }
+  }
+  return span;
+}
+
 Expected<std::vector<Row>> rows_of(const std::string& file, const nlohmann::json& doc) {
   if (!doc.is_object()) return bad(file, "the top level is not a JSON object");
   std::vector<Row> rows;
@@ -146,13 +162,7 @@ Expected<std::vector<Row>> rows_of(const std::string& file, const nlohmann::json
         const Target* t = target_of(name);
         if (!t || !c.contains(t->metric)) continue;
         if (!c[t->metric].is_number()) return bad(file, "case " + name + ": \"" + t->metric + "\" is not a number");
-        const double v = c[t->metric];
-        Span& s = row.spans[t->column];
-        s.lo = s.total == 0 ? v : std::min(s.lo, v);
-        s.hi = s.total == 0 ? v : std::max(s.hi, v);
-        s.met += v >= t->bar;
-        ++s.total;
-        row.cases[name].push_back(v);
+        row.cases[name].push_back(c[t->metric].get<double>());
         if (c.contains("lane") && c["lane"].is_string()) lanes.insert(c["lane"].get<std::string>());
         any = true;
       }
@@ -222,8 +232,8 @@ std::string render(const std::vector<Row>& rows) {
   for (const Row& r : rows) {
     o << "| " << r.file << " | " << r.block << " | " << r.runs << " | " << r.machine << " | " << r.lanes;
     for (const Target& t : targets()) {
-      const auto it = r.spans.find(t.column);
-      o << " | " << (it == r.spans.end() ? "" : span_cell(it->second, t.bar));
+      const std::optional<Span> span = span_of(r, t);
+      o << " | " << (span ? span_cell(*span, t.bar) : "");
     }
     o << " |\n";
   }

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,9 +39,11 @@ struct Row {
   std::string machine; // cpu model and the ISA class: "AMD EPYC, AVX-512"
   std::string lanes;   // lanes the cases ran on, comma-separated ("-" when not recorded)
   int runs = 0;
-  std::map<std::string, Span> spans;                // by Target::column
   std::map<std::string, std::vector<double>> cases; // metric values by case name
 };
+
+// A target's values over a row's cases (none when the row holds none of them).
+std::optional<Span> span_of(const Row& row, const Target& target);
 
 // The rows of one parsed results file (none when it holds no runs of the listed cases).
 Expected<std::vector<Row>> rows_of(const std::string& file, const nlohmann::json& doc);

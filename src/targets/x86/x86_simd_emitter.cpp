@@ -48,35 +48,30 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
     int v = 0;
     const auto res = std::from_chars(value.data(), value.data() + value.size(), v);
     const bool number = res.ec == std::errc{} && res.ptr == value.data() + value.size();
+    // Which tiles a knob belongs to. The AMX tile is 32 rows; `exact` and `overlap` are AMX's;
+    // `stream` is the streaming kinds' and `bpf`, `ksub`, `epf`, `bfuse` and `bnext` the zmm
+    // and ymm tiles' (AMX's packing prefetches its own way; its tiles sum in their own order
+    // and keep their own epilogue).
+    enum class On { any, vector, amx };
     struct Knob {
       const char* name;
       int simd::Tuning::*field;
       int lo, hi;
+      On on;
     };
-    static constexpr Knob kKnobs[] = {{"mr", &simd::Tuning::mr, 4, 14},
-                                      {"kc", &simd::Tuning::kc, 16, 1 << 16},
-                                      {"mc", &simd::Tuning::mc, 1, 1 << 16},
-                                      {"nb", &simd::Tuning::nb, 32, 4096},
-                                      {"serial", &simd::Tuning::serial, 0, 1 << 30},
-                                      {"exact", &simd::Tuning::exact, 0, 1},
-                                      {"overlap", &simd::Tuning::overlap, 0, 1},
-                                      {"stream", &simd::Tuning::stream, 0, 2},
-                                      {"bpf", &simd::Tuning::bpf, 0, 256},
-                                      {"ksub", &simd::Tuning::ksub, 0, 1 << 16},
-                                      {"epf", &simd::Tuning::epf, 0, 1},
-                                      {"bfuse", &simd::Tuning::bfuse, 0, 1},
-                                      {"bnext", &simd::Tuning::bnext, 0, 1}};
+    static constexpr Knob kKnobs[] = {
+        {"mr", &simd::Tuning::mr, 4, 14, On::vector},           {"kc", &simd::Tuning::kc, 16, 1 << 16, On::any},
+        {"mc", &simd::Tuning::mc, 1, 1 << 16, On::any},         {"nb", &simd::Tuning::nb, 32, 4096, On::any},
+        {"serial", &simd::Tuning::serial, 0, 1 << 30, On::any}, {"exact", &simd::Tuning::exact, 0, 1, On::amx},
+        {"overlap", &simd::Tuning::overlap, 0, 1, On::amx},     {"stream", &simd::Tuning::stream, 0, 2, On::vector},
+        {"bpf", &simd::Tuning::bpf, 0, 256, On::vector},        {"ksub", &simd::Tuning::ksub, 0, 1 << 16, On::vector},
+        {"epf", &simd::Tuning::epf, 0, 1, On::vector},          {"bfuse", &simd::Tuning::bfuse, 0, 1, On::vector},
+        {"bnext", &simd::Tuning::bnext, 0, 1, On::vector}};
     const Knob* knob = nullptr;
     std::string names;
     for (const Knob& k : kKnobs) {
+      if (k.on == (t.amx ? On::vector : On::amx)) continue;
       const std::string name = k.name;
-      // The AMX tile is 32 rows; `exact` and `overlap` are AMX's, `stream` the streaming kinds',
-      // `bpf`, `ksub` and `epf` the zmm and ymm tiles' (AMX's packing prefetches its own way;
-      // its tiles sum in their own order and keep their own epilogue), `bfuse` and `bnext` too.
-      if (t.amx ? name == "mr" || name == "stream" || name == "bpf" || name == "ksub" || name == "epf" ||
-                      name == "bfuse" || name == "bnext"
-                : name == "exact" || name == "overlap")
-        continue;
       names += (names.empty() ? "" : ", ") + name;
       if (key == name) knob = &k;
     }

@@ -126,9 +126,8 @@ std::string case_lane(const Region& region) {
 // A compiled, oracle-verified kernel of the lane, ready to call on prepared buffers.
 struct Kernel {
   KernelFn fn = nullptr;
-  // The operands' storage bytes on cache lines, as the peers' tensors are (a std::string's are
-  // 16 bytes off one: every row of B [K, N] then spans an extra line).
-  std::vector<std::vector<char, CacheLineAllocator<char>>> bytes;
+  // The operands' storage bytes, on cache lines as the peers' tensors are.
+  std::vector<ByteBuffer> bytes;
   std::vector<const void*> ptrs;
   std::vector<std::int64_t> dims;
   Tensor out;
@@ -159,7 +158,8 @@ Kernel make_kernel(const Region& region, const std::vector<Tensor>& operands, co
   if (!rep.verified) die("the oracle rejected " + print_region(region) + " on " + lane + ": " + rep.summary());
   k.verified = true;
   codegen::PreparedCall call = must(codegen::prepare_call(region, operands), "operands");
-  for (const auto& b : call.operand_bytes) k.ptrs.push_back(k.bytes.emplace_back(b.begin(), b.end()).data());
+  k.bytes = std::move(call.operand_bytes);
+  for (const auto& b : k.bytes) k.ptrs.push_back(b.data());
   k.dims = call.dims;
   k.out = Tensor(call.shape.output);
   SharedLibrary lib = must(SharedLibrary::load(art.path), "load");

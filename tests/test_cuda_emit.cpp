@@ -327,8 +327,8 @@ TEST(CudaEmit, CublasLtPlansRoundTripAndAreCached) {
   EXPECT_EQ(first->path.extension(), ".plan");
   // 16-bit bias and residual widen exactly to f32 (D's type); A and B stay as stored.
   // bf16 0x3FC0 is 1.5, 0xC020 is -2.5.
-  const std::string a("\x01\x02", 2), b("\x03\x04", 2), bias("\xC0\x3F\x20\xC0", 4);
-  const std::vector<std::string> bytes{a, b, bias};
+  const ByteBuffer a{'\x01', '\x02'}, b{'\x03', '\x04'}, bias{'\xC0', '\x3F', '\x20', '\xC0'};
+  const std::vector<ByteBuffer> bytes{a, b, bias};
   const auto wide = cuda::plan_operands(*plan, bytes);
   ASSERT_EQ(wide.size(), 3u);
   EXPECT_EQ(wide[0], a);

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "codegen/abi.hpp"
 #include "fusor/operands.hpp"
 
 using namespace fusor;
@@ -342,4 +343,25 @@ TEST(Operands, NormChainShapes) {
                          {"operand beta", "[8]", "[7]"}));
   // beta alone is the second operand.
   EXPECT_TRUE(check(norm_chain(false, false, true), {T({2, 8}), T({8})}).ok());
+}
+
+// Kernels read their operands with aligned loads and the x86 lanes' packing walks whole cache
+// lines, so every byte buffer a call prepares starts on one (a std::string's started 16 bytes off).
+TEST(PreparedCall, OperandBytesStartOnCacheLines) {
+  const std::vector<Tensor> ops = {Tensor({3, 5}, std::vector<float>(15, 1.5f)),
+                                   Tensor({5, 7}, std::vector<float>(35, -2.0f))};
+  for (const char* dtype : {"bf16", "f16", "f32"}) {
+    const Region r{*MatmulRegion::make({dtype, false, false})};
+    auto call = codegen::prepare_call(r, ops, codegen::OperandUse::borrow);
+    ASSERT_TRUE(call.ok()) << call.error().str();
+    const bool f32 = std::string(dtype) == "f32";
+    // An f32 call borrows the tensors themselves (already on cache lines).
+    ASSERT_EQ(call->operand_bytes.size(), f32 ? 0u : 2u) << dtype;
+    if (f32) call = codegen::prepare_call(r, ops, codegen::OperandUse::copy);
+    ASSERT_EQ(call->operand_bytes.size(), 2u) << dtype;
+    for (size_t i = 0; i < 2; ++i) {
+      EXPECT_EQ(call->operand_bytes[i].size(), ops[i].data.size() * (f32 ? 4 : 2)) << dtype;
+      EXPECT_EQ(reinterpret_cast<std::uintptr_t>(call->operand_bytes[i].data()) % 64, 0u) << dtype << " operand " << i;
+    }
+  }
 }

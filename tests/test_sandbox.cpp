@@ -52,9 +52,12 @@ constexpr const char* kPrelude = "#include <stdint.h>\n#include <stdlib.h>\n"
                                  "  const int64_t n = dims[0], flag = dims[1];\n"
                                  "  (void)in; (void)n; (void)flag;\n";
 
-std::string bytes_of(const std::vector<float>& v) {
-  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+ByteBuffer bytes_of(const std::vector<float>& v) {
+  const auto* first = reinterpret_cast<const char*>(v.data());
+  return {first, first + v.size() * sizeof(float)};
 }
+
+ByteBuffer bytes_of(std::string_view s) { return {s.begin(), s.end()}; }
 
 // in[i] = i/2 - 3: exact in f32, so twice it is exact too.
 std::vector<float> ramp(std::int64_t n) {
@@ -403,14 +406,19 @@ TEST_F(SandboxTest, ExecutableLookupHonoursTheEnvironment) {
 }
 
 TEST(SandboxWire, JobRoundTripsAndEveryTruncationIsRejected) {
-  sandbox_wire::Job job{"/x/k.so", "entry", {KernelCall{{"abc", std::string("\0\1", 2)}, {7, -2}, 5}, KernelCall{}}};
+  sandbox_wire::Job job{
+      "/x/k.so",
+      "entry",
+      {KernelCall{{bytes_of("abc"), bytes_of(std::string_view("\0\1", 2))}, {7, -2}, 5}, KernelCall{}}};
   const std::string bytes = sandbox_wire::encode_job(job);
   auto back = sandbox_wire::decode_job(bytes);
   ASSERT_TRUE(back.ok()) << back.error().str();
   EXPECT_EQ(back->so_path, "/x/k.so");
   EXPECT_EQ(back->entry, "entry");
   ASSERT_EQ(back->calls.size(), 2u);
-  EXPECT_EQ(back->calls[0].operands, (std::vector<std::string>{"abc", std::string("\0\1", 2)}));
+  EXPECT_EQ(back->calls[0].operands, (std::vector<ByteBuffer>{bytes_of("abc"), bytes_of(std::string_view("\0\1", 2))}));
+  // The child hands the kernel its operands on cache lines, as the in-process runner does.
+  for (const auto& op : back->calls[0].operands) EXPECT_EQ(reinterpret_cast<std::uintptr_t>(op.data()) % 64, 0u);
   EXPECT_EQ(back->calls[0].dims, (std::vector<std::int64_t>{7, -2}));
   EXPECT_EQ(back->calls[0].output_elems, 5);
   EXPECT_TRUE(back->calls[1].operands.empty());

@@ -119,7 +119,7 @@ Expected<json> run_case(const json& spec) {
       return make_error(ErrorCode::shape_mismatch,
                         paths[i] + ": " + std::to_string(bytes.size()) + " bytes, expected " + std::to_string(want));
     inputs.push_back(to_tensor(bytes, shapes[i], op_dtype));
-    call.operands.push_back(std::move(bytes));
+    call.operands.emplace_back(bytes.begin(), bytes.end());
   }
   call.dims = codegen::abi_dim_values(kind, shape);
   std::int64_t out_elems = 0;

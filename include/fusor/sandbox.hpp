@@ -30,13 +30,14 @@
 #include <vector>
 
 #include "fusor/error.hpp"
+#include "fusor/tensor.hpp"
 
 namespace fusor {
 
-struct KernelCall {                  // one invocation of a kernel entry
-  std::vector<std::string> operands; // raw bytes of each operand buffer, in ABI order
-  std::vector<std::int64_t> dims;    // the ABI dims array
-  std::int64_t output_elems = 0;     // f32 elements the kernel writes
+struct KernelCall {                 // one invocation of a kernel entry
+  std::vector<ByteBuffer> operands; // raw bytes of each operand buffer, in ABI order, on cache lines
+  std::vector<std::int64_t> dims;   // the ABI dims array
+  std::int64_t output_elems = 0;    // f32 elements the kernel writes
 };
 
 struct SandboxOutcome {

@@ -26,6 +26,8 @@ template <class T> struct CacheLineAllocator {
   template <class U> bool operator==(const CacheLineAllocator<U>&) const noexcept { return true; }
 };
 using FloatBuffer = std::vector<float, CacheLineAllocator<float>>;
+// A kernel operand's raw storage bytes (f16/bf16 patterns, or f32 copied for another process).
+using ByteBuffer = std::vector<char, CacheLineAllocator<char>>;
 // Values compare whatever their storage (found by ADL through the allocator's namespace).
 inline bool operator==(const FloatBuffer& a, const std::vector<float>& b) {
   return std::equal(a.begin(), a.end(), b.begin(), b.end());

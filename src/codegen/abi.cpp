@@ -81,10 +81,12 @@ std::vector<std::int64_t> abi_dims(const Region& region, const ProblemShape& sha
 
 namespace {
 
-std::string pack_operand(const Tensor& t, DType dtype) {
-  if (dtype != DType::f16 && dtype != DType::bf16)
-    return {reinterpret_cast<const char*>(t.data.data()), t.data.size() * sizeof(float)};
-  std::string bytes(t.data.size() * sizeof(std::uint16_t), '\0');
+ByteBuffer pack_operand(const Tensor& t, DType dtype) {
+  if (dtype != DType::f16 && dtype != DType::bf16) {
+    const auto* first = reinterpret_cast<const char*>(t.data.data());
+    return {first, first + t.data.size() * sizeof(float)};
+  }
+  ByteBuffer bytes(t.data.size() * sizeof(std::uint16_t));
   for (size_t i = 0; i < t.data.size(); ++i) {
     const std::uint16_t bits = dtype == DType::f16 ? float_to_half_bits(t.data[i]) : float_to_bf16_bits(t.data[i]);
     std::memcpy(bytes.data() + i * sizeof bits, &bits, sizeof bits);

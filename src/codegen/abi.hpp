@@ -51,7 +51,7 @@ std::vector<std::int64_t> abi_dims(const Region& region, const ProblemShape& sha
 // bytes (f32 as is, f16/bf16 as 16-bit patterns), the dims array, the output shape.
 struct PreparedCall {
   ProblemShape shape;
-  std::vector<std::string> operand_bytes; // empty when the operands are borrowed (below)
+  std::vector<ByteBuffer> operand_bytes; // empty when the operands are borrowed (below)
   std::vector<std::int64_t> dims;
 };
 // How prepare_call treats f32 operands of an f32-storage region: `copy` packs them like any

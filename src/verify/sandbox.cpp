@@ -64,11 +64,11 @@ public:
       return fail(std::string(field) + " " + std::to_string(n) + " exceeds the remaining bytes");
     return n;
   }
-  Expected<std::string> bytes(const char* field) {
+  template <class Bytes = std::string> Expected<Bytes> bytes(const char* field) {
     FUSOR_TRY_ASSIGN(const auto n, count(field, 1));
-    std::string s(bytes_.substr(pos_, n));
+    const std::string_view b = bytes_.substr(pos_, n);
     pos_ += n;
-    return s;
+    return Bytes(b.begin(), b.end());
   }
   Status end() {
     if (pos_ != bytes_.size()) return fail(std::to_string(bytes_.size() - pos_) + " trailing bytes");
@@ -94,7 +94,7 @@ std::string encode_job(const Job& job) {
   put<std::uint64_t>(s, job.calls.size());
   for (const auto& c : job.calls) {
     put<std::uint64_t>(s, c.operands.size());
-    for (const auto& op : c.operands) put_bytes(s, op);
+    for (const auto& op : c.operands) put_bytes(s, {op.data(), op.size()});
     put<std::uint64_t>(s, c.dims.size());
     for (auto d : c.dims) put<std::int64_t>(s, d);
     put<std::int64_t>(s, c.output_elems);
@@ -115,7 +115,7 @@ Expected<Job> decode_job(std::string_view bytes) {
     FUSOR_TRY_ASSIGN(const auto nops, r.count("operand count", sizeof(std::uint64_t)));
     c.operands.resize(nops);
     for (auto& op : c.operands) {
-      FUSOR_TRY_ASSIGN(op, r.bytes("operand"));
+      FUSOR_TRY_ASSIGN(op, r.bytes<ByteBuffer>("operand"));
     }
     FUSOR_TRY_ASSIGN(const auto ndims, r.count("dims count", sizeof(std::int64_t)));
     c.dims.resize(ndims);

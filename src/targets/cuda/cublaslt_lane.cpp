@@ -142,12 +142,12 @@ Expected<KernelSource> emit_cublaslt(const Region& region, const EmitOptions& op
   return src;
 }
 
-std::vector<std::string> plan_operands(const CublasPlan& plan, std::span<const std::string> operand_bytes) {
-  std::vector<std::string> out(operand_bytes.begin(), operand_bytes.end());
+std::vector<ByteBuffer> plan_operands(const CublasPlan& plan, std::span<const ByteBuffer> operand_bytes) {
+  std::vector<ByteBuffer> out(operand_bytes.begin(), operand_bytes.end());
   if (plan.storage != DType::f16 && plan.storage != DType::bf16) return out;
   for (size_t i = 2; i < out.size(); ++i) { // A and B stay in storage; bias / residual widen
-    const std::string& in = operand_bytes[i];
-    std::string wide(in.size() * 2, '\0');
+    const ByteBuffer& in = operand_bytes[i];
+    ByteBuffer wide(in.size() * 2);
     for (size_t e = 0; e < in.size() / 2; ++e) {
       std::uint16_t bits = 0;
       std::memcpy(&bits, in.data() + 2 * e, 2);

@@ -40,7 +40,7 @@ Expected<CublasPlan> parse_plan(std::string_view source);
 
 // Operand bytes as the library takes them: bias and residual of f16/bf16 regions widen
 // exactly to f32 (cuBLASLt wants them in D's type, and D is the ABI's f32 output).
-std::vector<std::string> plan_operands(const CublasPlan& plan, std::span<const std::string> operand_bytes);
+std::vector<ByteBuffer> plan_operands(const CublasPlan& plan, std::span<const ByteBuffer> operand_bytes);
 
 // One configured matmul for (M, N, K): descriptors and the heuristic's algorithm, made once
 // and launched any number of times on the default stream.

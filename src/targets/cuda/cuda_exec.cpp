@@ -100,9 +100,9 @@ Expected<CallResult> run_call(const Driver& d, const LoadedKernel& k, const Kern
   const auto out_elems = static_cast<size_t>(call.output_elems);
 
   // A library kernel takes some operands widened (plan_operands); a cubin takes them as packed.
-  std::vector<std::string> widened;
+  std::vector<ByteBuffer> widened;
   if (k.plan()) widened = plan_operands(*k.plan(), call.operands);
-  const std::vector<std::string>& host_operands = k.plan() ? widened : call.operands;
+  const std::vector<ByteBuffer>& host_operands = k.plan() ? widened : call.operands;
   std::vector<DeviceBuffer> operands;
   std::vector<CUdeviceptr> operand_ptrs;
   operands.reserve(host_operands.size());
@@ -213,7 +213,7 @@ Expected<CallResult> run_call(const Driver& d, const LoadedKernel& k, const Kern
   }
   if (options.check_operands) {
     for (size_t i = 0; i < host_operands.size(); ++i) {
-      std::string back(host_operands[i].size(), '\0');
+      ByteBuffer back(host_operands[i].size());
       if (!back.empty())
         FUSOR_TRY(check(d, api.cuMemcpyDtoH(back.data(), operands[i].ptr(), back.size()),
                         "cuMemcpyDtoH(operand " + std::to_string(i) + ")"));

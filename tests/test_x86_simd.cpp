@@ -372,6 +372,12 @@ TEST(X86Simd, NormChainRowSplitAndIsolation) {
   EXPECT_NE(softmax->source.find("eb_ + j_"), std::string::npos);
   EXPECT_NE(softmax->source.find("mx_ = _mm512_max_ps("), std::string::npos);
   EXPECT_EQ(softmax->source.find("fusor_expf16(d_)"), std::string::npos); // e^x once per element
+  // Its e^x pass, which reads only the cached row, also brings the next row toward L2.
+  const size_t sum_pass = softmax->source.find("fusor_expf16(d0_)");
+  const size_t next_row = softmax->source.find("_mm_prefetch((const char*)(xn + j_ + 48), _MM_HINT_T1);");
+  ASSERT_NE(next_row, std::string::npos);
+  EXPECT_LT(next_row, sum_pass);
+  EXPECT_GT(next_row, softmax->source.find("for (; j_ + 64 <= row_len; j_ += 64) {", softmax->source.find("cv_")));
   // A NaN stays in its row, whether the rows are staged (residual) or read in place with the
   // next row's maximum taken ahead; a row of -inf gives NaN (e^(-inf + inf)), as the reference.
   for (const char* norm : {"rmsnorm", "layer_norm", "softmax"})

@@ -473,39 +473,51 @@ Result bench_gated(std::int64_t M, std::int64_t K, std::int64_t H, const Options
 }
 
 // ---- attention -------------------------------------------------------------------------
-Result bench_attention(std::int64_t S, std::int64_t D, bool causal, const Options& opt) {
-  const std::int64_t B = 2, H = 4;
+// B x H heads of M queries against Nk keys; the square cases are B = 2, H = 4, M = Nk = S.
+struct AttentionCase {
+  std::int64_t B = 2, H = 4, M = 0, Nk = 0, D = 0;
+  bool causal = false;
+  std::string name;
+};
+
+Result bench_attention(const AttentionCase& ac, const Options& opt) {
+  const std::int64_t B = ac.B, H = ac.H, M = ac.M, Nk = ac.Nk, D = ac.D;
+  const bool causal = ac.causal;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   const Region region =
       parse("attention { scale = " + std::to_string(scale) + "; causal = " + (causal ? "true" : "false") + " }");
   ProblemShape dims;
-  dims.batch = B, dims.heads = H, dims.kv_heads = H, dims.M = S, dims.Nk = S, dims.D = D, dims.Dv = D;
+  dims.batch = B, dims.heads = H, dims.kv_heads = H, dims.M = M, dims.Nk = Nk, dims.D = D, dims.Dv = D;
   const auto operands = make_operands(region, dims, 11, 1.0);
   Kernel k = make_kernel(region, operands, case_lane(region));
   Result r;
-  r.name = std::string("attention_") + (causal ? "causal_" : "") + "s" + std::to_string(S) + "_d" + std::to_string(D);
-  r.shape = "B=2 H=4 S=" + std::to_string(S) + " D=" + std::to_string(D);
-  r.work = 4.0 * B * H * S * S * D * (causal ? 0.5 : 1.0);
+  r.name = ac.name;
+  r.shape = "B=" + std::to_string(B) + " H=" + std::to_string(H) +
+            (M == Nk ? " S=" + std::to_string(M) : " M=" + std::to_string(M) + " Nk=" + std::to_string(Nk)) +
+            " D=" + std::to_string(D);
+  r.work = 4.0 * B * H * M * Nk * D * (causal ? 0.5 : 1.0);
   r.verified = k.verified;
   r.lane = k.lane;
   k.call();
   // Reference on the first 32 queries of every head (queries are independent).
-  const std::int64_t q = 32;
-  Tensor qs({B, H, q, D});
+  const std::int64_t q = std::min<std::int64_t>(32, M);
+  Shape qshape = operands[0].shape; // [B, H, M, D], or [H, M, D] with one batch
+  qshape[qshape.size() - 2] = q;
+  Tensor qs(qshape);
   for (std::int64_t bh = 0; bh < B * H; ++bh)
-    std::copy_n(operands[0].data.begin() + bh * S * D, q * D, qs.data.begin() + bh * q * D);
+    std::copy_n(operands[0].data.begin() + bh * M * D, q * D, qs.data.begin() + bh * q * D);
   const Tensor ref = must(evaluate_reference(region, std::vector<Tensor>{qs, operands[1], operands[2]}), "reference");
   const auto error_of = [&](const float* out) {
     double e = 0;
     for (std::int64_t bh = 0; bh < B * H; ++bh)
       for (std::int64_t i = 0; i < q * D; ++i) {
-        const double d = std::fabs(out[bh * S * D + i] - ref.data[bh * q * D + i]);
+        const double d = std::fabs(out[bh * M * D + i] - ref.data[bh * q * D + i]);
         e = std::isnan(d) ? INFINITY : std::max(e, d);
       }
     return e;
   };
   r.err = error_of(k.out.data.data());
-  r.err_note = "first 32 queries of each head";
+  r.err_note = M > q ? "first 32 queries of each head" : "every query";
   std::vector<std::function<void()>> fns{[&] { k.call(); }};
   std::vector<std::string> names;
   std::optional<Kernel> k2;
@@ -514,20 +526,20 @@ Result bench_attention(std::int64_t S, std::int64_t D, bool causal, const Option
   // Unfused: scores = scale * Q K^T (+ causal mask) -> softmax primitive -> P V.
   using namespace dnnl;
   const std::int64_t BH = B * H;
-  std::vector<float> scores(static_cast<size_t>(BH * S * S)), probs(scores.size()), o(static_cast<size_t>(BH * S * D));
+  std::vector<float> scores(static_cast<size_t>(BH * M * Nk)), probs(scores.size()), o(static_cast<size_t>(BH * M * D));
   // A full-size mask: oneDNN 2.6 runs a broadcast ({1,S,S}) binary post-op on its slow
   // reference path, which would flatter fusor; an unbroadcast one keeps brgemm.
-  std::vector<float> mask(causal ? static_cast<size_t>(BH * S * S) : 0, 0.0f);
+  std::vector<float> mask(causal ? static_cast<size_t>(BH * M * Nk) : 0, 0.0f);
   for (std::int64_t h = 0; causal && h < BH; ++h)
-    for (std::int64_t i = 0; i < S; ++i)
-      for (std::int64_t j = i + 1; j < S; ++j) mask[(h * S + i) * S + j] = -INFINITY;
+    for (std::int64_t i = 0; i < M; ++i)
+      for (std::int64_t j = i + 1; j < Nk; ++j) mask[(h * M + i) * Nk + j] = -INFINITY;
   post_ops po;
   po.append_eltwise(1.f, algorithm::eltwise_linear, scale, 0.f);
-  if (causal) po.append_binary(algorithm::binary_add, {{BH, S, S}, dt::f32, tag::abc});
+  if (causal) po.append_binary(algorithm::binary_add, {{BH, M, Nk}, dt::f32, tag::abc});
   primitive_attr attr;
   attr.set_post_ops(po);
-  const memory::desc q_md{{BH, S, D}, dt::f32, tag::abc}, kt_md{{BH, D, S}, dt::f32, tag::acb},
-      s_md{{BH, S, S}, dt::f32, tag::abc}, v_md{{BH, S, D}, dt::f32, tag::abc};
+  const memory::desc q_md{{BH, M, D}, dt::f32, tag::abc}, kt_md{{BH, D, Nk}, dt::f32, tag::acb},
+      s_md{{BH, M, Nk}, dt::f32, tag::abc}, v_md{{BH, Nk, D}, dt::f32, tag::abc};
   matmul::primitive_desc pd1(matmul::desc(q_md, kt_md, s_md), attr, engine());
   matmul qk(pd1);
   softmax_forward::primitive_desc spd(softmax_forward::desc(prop_kind::forward_inference, s_md, 2), engine());
@@ -538,7 +550,7 @@ Result bench_attention(std::int64_t S, std::int64_t D, bool causal, const Option
       {DNNL_ARG_SRC, memory(q_md, engine(), const_cast<float*>(operands[0].data.data()))},
       {DNNL_ARG_WEIGHTS, memory(kt_md, engine(), const_cast<float*>(operands[1].data.data()))},
       {DNNL_ARG_DST, memory(s_md, engine(), scores.data())}};
-  if (causal) a1.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(1) | DNNL_ARG_SRC_1, mem({BH, S, S}, tag::abc, mask.data()));
+  if (causal) a1.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(1) | DNNL_ARG_SRC_1, mem({BH, M, Nk}, tag::abc, mask.data()));
   std::unordered_map<int, memory> a2{{DNNL_ARG_SRC, memory(s_md, engine(), scores.data())},
                                      {DNNL_ARG_DST, memory(s_md, engine(), probs.data())}};
   std::unordered_map<int, memory> a3{
@@ -765,15 +777,28 @@ int run(const Options& opt) {
                            std::to_string(n) + "x" + std::to_string(k);
     entries.push_back({"small", nm, [=, &opt] { return bench_fused(nm, m, n, k, res, opt); }});
   }
-  entries.push_back({"small", "attention_s32_d16", [&] { return bench_attention(32, 16, false, opt); }});
-  entries.push_back({"small", "attention_s128_d64", [&] { return bench_attention(128, 64, false, opt); }});
+  const auto square = [](std::int64_t S, std::int64_t D, bool causal) {
+    return AttentionCase{2,
+                         4,
+                         S,
+                         S,
+                         D,
+                         causal,
+                         std::string("attention_") + (causal ? "causal_" : "") + "s" + std::to_string(S) + "_d" +
+                             std::to_string(D)};
+  };
+  for (const AttentionCase& ac : {square(32, 16, false), square(128, 64, false)})
+    entries.push_back({"small", ac.name, [=, &opt] { return bench_attention(ac, opt); }});
+  // Decode steps: one query row per head against a long KV cache.
+  for (const AttentionCase& ac : {AttentionCase{1, 32, 1, 2048, 128, false, "attention_decode_h32_n2048_d128"},
+                                  AttentionCase{1, 8, 1, 8192, 128, false, "attention_decode_h8_n8192_d128"}})
+    entries.push_back({"small", ac.name, [=, &opt] { return bench_attention(ac, opt); }});
   entries.push_back({"gated", "gated_silu_512x768x2048", [&] { return bench_gated(512, 768, 2048, opt); }});
   for (bool causal : {false, true})
     for (std::int64_t s : {512, 2048})
       for (std::int64_t d : {64, 128}) {
-        const std::string nm =
-            std::string("attention_") + (causal ? "causal_" : "") + "s" + std::to_string(s) + "_d" + std::to_string(d);
-        entries.push_back({"attention", nm, [=, &opt] { return bench_attention(s, d, causal, opt); }});
+        const AttentionCase ac = square(s, d, causal);
+        entries.push_back({"attention", ac.name, [=, &opt] { return bench_attention(ac, opt); }});
       }
   entries.push_back(
       {"norm", "rmsnorm_residual_weight_4096x4096", [&] { return bench_norm("rmsnorm", 4096, 4096, opt); }});

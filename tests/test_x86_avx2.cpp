@@ -101,6 +101,7 @@ TEST(X86Avx2, DeclinesWithReasons) {
       {"nb", "48"},    // not a whole number of 32-key panels
       {"exact", "1"},  // AMX's
       {"stream", "3"}, // 0 plain, 1 streaming, 2 past the last-level cache
+      {"fq", "4"},     // attention's few-query path is the zmm tiles' only
   };
   for (const auto& [key, value] : rejected) {
     bad.options = {{key, value}};

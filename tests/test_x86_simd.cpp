@@ -348,6 +348,76 @@ TEST(X86Simd, AttentionMaskedValuesNeverLeak) {
   }
 }
 
+// Calls with at most `fq` (default 8) query rows per head take the few-query path: the rows of
+// every query head sharing a KV head together (GQA), K and V read in place, the keys split
+// across threads when the items are few and the splits' softmax states merged. Every shape here
+// has M <= 8: ragged D and Dv, one key, key blocks (256) and splits, causal (a row per item),
+// Q transposed, a negative scale (which keeps the flash loop: its max rule differs).
+TEST(X86Simd, AttentionFewQueryRows) {
+  REQUIRE_AVX512();
+  const std::map<std::string, std::string> one_thread = {{"serial", "1073741824"}};
+  for (bool causal : {false, true}) {
+    const Region region =
+        region_of(std::string("attention { scale = 0.125; causal = ") + (causal ? "true" : "false") + " }");
+    for (std::int64_t m : {1, 3, 4, 7}) {
+      expect_matches_reference(region, attention_dims(0, 1, 1, m, 3000, 64), 40, 1.0); // one head: split keys
+      expect_matches_reference(region, attention_dims(0, 1, 1, m, 3000, 64), 40, 1.0, one_thread);
+      expect_matches_reference(region, attention_dims(2, 8, 2, m, 300, 17, 33), 41, 1.0); // GQA, ragged D, Dv
+      expect_matches_reference(region, attention_dims(1, 4, 4, m, 1, 128), 42, 1.0);      // one key
+      expect_matches_reference(region, attention_dims(1, 3, 1, m, 257, 130, 70), 43, 1.0);
+    }
+  }
+  expect_matches_reference(region_of("attention { scale = 0.3; q_transposed = true }"),
+                           attention_dims(1, 4, 2, 2, 500, 48), 44, 1.0);
+  expect_matches_reference(region_of("attention { scale = -0.3 }"), attention_dims(0, 2, 2, 1, 600, 64), 45, 1.0);
+  // The path is in the kernels that can take it, behind its row bound, and nowhere else.
+  const auto source = [](const std::string& text, std::map<std::string, std::string> knobs) {
+    EmitOptions o;
+    o.options = std::move(knobs);
+    auto src = lane(RegionKind::attention)->emit(region_of(text), o);
+    EXPECT_TRUE(src.ok()) << src.error().str();
+    return src.ok() ? src->source : std::string();
+  };
+  EXPECT_NE(source("attention { scale = 0.5 }", {}).find("if (M <= 8)"), std::string::npos);
+  EXPECT_NE(source("attention { scale = 0.5 }", {{"fq", "9"}}).find("if (M <= 9)"), std::string::npos);
+  EXPECT_EQ(source("attention { scale = 0.5 }", {{"fq", "0"}}).find("fusor_attention_few("), std::string::npos);
+  EXPECT_EQ(source("attention { scale = 0.5; k_transposed = true }", {}).find("fusor_attention_few("),
+            std::string::npos);
+  EXPECT_EQ(source("attention { scale = 0.5; storage = bf16 }", {}).find("fusor_attention_few("), std::string::npos);
+  EXPECT_EQ(source("attention { scale = -0.5 }", {}).find("fusor_attention_few("), std::string::npos);
+  expect_verified(region_of("attention { scale = 0.125 }"), {{"fq", "64"}});
+  expect_verified(region_of("attention { scale = 0.125; causal = true }"), {{"fq", "64"}});
+}
+
+// NaN and infinities reach the few-query path's outputs as they reach the flash loop's: a NaN
+// in one key's V row poisons every row that sees that key, and only those.
+TEST(X86Simd, AttentionFewQueryRowsSpecialValues) {
+  REQUIRE_AVX512();
+  const Region region = region_of("attention { scale = 0.25; causal = true }");
+  const std::int64_t m = 4, nk = 600, nan_key = 2;
+  auto operands = make_operands(region, attention_dims(0, 1, 1, m, nk, 16), 46, 1.0);
+  for (std::int64_t c = 0; c < 16; ++c) operands[2].data[nan_key * 16 + c] = NAN;
+  auto ref = evaluate_reference(region, operands);
+  ASSERT_TRUE(ref.ok()) << ref.error().str();
+  for (const char* fq : {"4", "0"}) {
+    auto out = execute_on_target(x86(), region, operands, lane_options(RegionKind::attention, {{"fq", fq}}));
+    ASSERT_TRUE(out.ok()) << out.error().str();
+    EXPECT_TRUE(testing::all_close(out->output, *ref)) << "fq=" << fq;
+    for (std::int64_t i = 0; i < m; ++i)
+      EXPECT_EQ(std::isnan(out->output.data[i * 16]), i >= nan_key) << "fq=" << fq << ", query " << i;
+  }
+  // A non-causal row whose every score is NaN: NaN out, through the key splits' merge too.
+  const Region plain = region_of("attention { scale = 0.25 }");
+  auto ops2 = make_operands(plain, attention_dims(0, 1, 1, 1, 3000, 16), 47, 1.0);
+  ops2[0].data[3] = NAN;
+  auto ref2 = evaluate_reference(plain, ops2);
+  ASSERT_TRUE(ref2.ok());
+  auto out2 = execute_on_target(x86(), plain, ops2, lane_options(RegionKind::attention));
+  ASSERT_TRUE(out2.ok()) << out2.error().str();
+  EXPECT_TRUE(testing::all_close(out2->output, *ref2));
+  EXPECT_TRUE(std::isnan(out2->output.data[0]));
+}
+
 // Norm chains split rows across threads and overlap one row's output with the next row's
 // read: every rows/threads split, rows shorter than the 4-way split sum, and a NaN in one row
 // that must not reach its neighbours' statistics.

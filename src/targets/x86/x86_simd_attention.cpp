@@ -117,6 +117,17 @@ std::string online_softmax_rescale(const std::string& exp_dm) {
   return s;
 }
 
+// The table's e^d, evaluated as 2^(d·log2 e) with log2 e folded into the fmsub's scale:
+// maxima, d and the rescale exponent are then in base-2 units, and fusor_exp2f16 needs no
+// Cody-Waite reduction nor rounding (9 instructions per 16 probabilities instead of 14). Only
+// where the table spells the accumulate step as expf, so a changed formula is never misread.
+bool attention_softmax_in_base2(const AttentionRegion& r) {
+  return r.scale() > 0 &&
+         codegen::render_row_norm_accumulate(codegen::c99_avx512_dialect(), RowNorm::softmax, "@") ==
+             "fusor_expf16(@)" &&
+         codegen::render_row_norm_accumulate(c99_simd_dialect(), RowNorm::softmax, "dm") == "fusor_expf(dm)";
+}
+
 std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, const Tuning& tuning) {
   const bool amx = tuning.amx;   // both products on AMX tiles (x86_amx_attention.cpp)
   const bool avx2 = tuning.avx2; // both products on the AVX2 micro-kernel (x86_avx2_attention.cpp)
@@ -134,6 +145,7 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   s += "  const float scale = " + codegen::float_literal(r.scale()) + ";\n";
   s += "  if (nbh == 0 || M == 0 || Dv == 0) return 0;\n";
   s += "  if (Nk == 0) { memset(out, 0, sizeof(float) * (size_t)(nbh * M * Dv)); return 0; }\n";
+  if (attention_reads_few_queries(r, ld, tuning)) s += attention_few_queries_dispatch(r, tuning);
   // Key block (a multiple of the 32-key panel) and the rows of the padded query block.
   s += "  const int64_t NB = FUSOR_NB;\n";
   s += avx2 ? "  const int64_t MRP = FUSOR_MR;\n"
@@ -315,13 +327,9 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   // With scale > 0, max(scale * s) = scale * max(s) (rounding is monotonic): the max is taken
   // over the raw scores and e^(scale * s - m) is one fmsub, so no scaled copy is stored.
   const bool fold = r.scale() > 0;
-  // The table's e^d, evaluated as 2^(d·log2 e) with log2 e folded into that fmsub's scale:
-  // maxima, d and the rescale exponent are then in base-2 units, and fusor_exp2f16 needs no
-  // Cody-Waite reduction nor rounding (9 instructions per 16 probabilities instead of 14). Only where the
-  // table spells the accumulate step as expf, so a changed formula is never misread.
   std::string exp_vec = codegen::render_row_norm_accumulate(v, RowNorm::softmax, "@");
   std::string exp_one = codegen::render_row_norm_accumulate(d, RowNorm::softmax, "dm");
-  const bool base2 = fold && exp_vec == "fusor_expf16(@)" && exp_one == "fusor_expf(dm)";
+  const bool base2 = attention_softmax_in_base2(r);
   if (base2) exp_vec = "fusor_exp2f16(@)", exp_one = "exp2f(dm)";
   const std::string vscale = base2 ? "scale * 1.44269504088896341f" : "scale";
   // Both passes run whole 32-key chunks without masks, then the one ragged chunk with them.

@@ -62,6 +62,12 @@ struct Tuning {
   // by its first tile (0: every panel by its first tile, fusor_ukr_pack, which then waits on
   // B's rows: 17 % of a gated call's time for 6 % of its products on Zen 5).
   int bnext = 1;
+  // Attention with at most fq query rows per head takes the few-query path (K and V read in
+  // place: x86_simd_attention_few.cpp); 0 sends every call through the flash loop. 8: against
+  // the flash loop on Zen 5 (H = 32, Nk = 2048, D = 128) M = 4 / 8 / 16 took 0.36 / 0.61 /
+  // 0.70x the time, with 8 query heads per KV head 0.60 / 0.92 / 0.99x; at Nk = 256 M = 8 the
+  // same, M = 32 1.3x.
+  int fq = 8;
 };
 
 // `#pragma omp parallel<rest>` that runs on the calling thread alone while `work` (an
@@ -209,6 +215,15 @@ std::string amx_special_fixup(const GemmPlan& plan, const StorageLoad& ld, const
 
 std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning& tuning);
 std::string attention_body(const AttentionRegion& region, const StorageLoad& ld, const Tuning& tuning);
+// Whether attention's softmax runs as 2^(s·scale·log2 e - m): scale > 0 and the op table spells
+// its e^d as expf (x86_simd_attention.cpp).
+bool attention_softmax_in_base2(const AttentionRegion& region);
+// The few-query path (x86_simd_attention_few.cpp): whether a kernel has it (f32, natural K,
+// the AVX-512 lane's zmm tiles, a base-2 softmax), its functions, and the kernel's first
+// statement, which takes calls with at most tuning.fq query rows per head.
+bool attention_reads_few_queries(const AttentionRegion& region, const StorageLoad& ld, const Tuning& tuning);
+std::string attention_few_queries_source();
+std::string attention_few_queries_dispatch(const AttentionRegion& region, const Tuning& tuning);
 // The x86_amx lane's attention pieces (x86_amx_attention.cpp), in attention_body's loops:
 // packing K (per KV head and 32-key panel), packing a 32-row query block, packing V of every
 // KV head (when no element is NaN or infinite, vfl[head panel] = 0); the helpers of the

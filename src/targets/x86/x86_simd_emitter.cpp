@@ -51,7 +51,7 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
     // Which tiles a knob belongs to. The AMX tile is 32 rows; `exact` and `overlap` are AMX's;
     // `stream` is the streaming kinds' and `bpf`, `ksub`, `epf`, `bfuse` and `bnext` the zmm
     // and ymm tiles' (AMX's packing prefetches its own way; its tiles sum in their own order
-    // and keep their own epilogue).
+    // and keep their own epilogue); `fq` is attention's few-query path, the zmm tiles' only.
     enum class On { any, vector, amx };
     struct Knob {
       const char* name;
@@ -66,7 +66,7 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
         {"overlap", &simd::Tuning::overlap, 0, 1, On::amx},     {"stream", &simd::Tuning::stream, 0, 2, On::vector},
         {"bpf", &simd::Tuning::bpf, 0, 256, On::vector},        {"ksub", &simd::Tuning::ksub, 0, 1 << 16, On::vector},
         {"epf", &simd::Tuning::epf, 0, 1, On::vector},          {"bfuse", &simd::Tuning::bfuse, 0, 1, On::vector},
-        {"bnext", &simd::Tuning::bnext, 0, 1, On::vector}};
+        {"bnext", &simd::Tuning::bnext, 0, 1, On::vector},      {"fq", &simd::Tuning::fq, 0, 64, On::vector}};
     const Knob* knob = nullptr;
     std::string names;
     for (const Knob& k : kKnobs) {
@@ -77,7 +77,8 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
     }
     if (!knob) return unsupported(kind, "unknown option '" + key + "=" + value + "' (options: " + names + ")", lane);
     int* field = &(t.*knob->field);
-    const int lo = knob->lo, hi = t.avx2 && key == "mr" ? 6 : knob->hi;
+    // (The ymm tile holds 6 rows; the AVX2 lane has no few-query attention path.)
+    const int lo = knob->lo, hi = t.avx2 && key == "mr" ? 6 : (t.avx2 && key == "fq" ? 0 : knob->hi);
     if (!number || v < lo || v > hi)
       return unsupported(
           kind, "option " + key + "=" + value + " is outside " + std::to_string(lo) + ".." + std::to_string(hi), lane);
@@ -244,6 +245,8 @@ Expected<KernelSource> emit_lane(const Region& region, const EmitOptions& option
     head += codegen::render_avx512_math_helpers(codegen::c99_avx512_dialect());
   if (tuning.avx2 && vector_math) head += codegen::render_avx2_math_helpers(codegen::c99_avx2_dialect());
   if (kind == RegionKind::attention) head += simd::attention_pv_source(tuning);
+  if (const auto* a = std::get_if<AttentionRegion>(&region); a && simd::attention_reads_few_queries(*a, ld, tuning))
+    head += simd::attention_few_queries_source();
   if (kind == RegionKind::pointwise || kind == RegionKind::pointwise_reduce) head += simd::pointwise_helpers();
   if (streaming) head += simd::stream_helpers(tuning.stream, tuning.avx2);
 

@@ -145,7 +145,7 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   s += "  const float scale = " + codegen::float_literal(r.scale()) + ";\n";
   s += "  if (nbh == 0 || M == 0 || Dv == 0) return 0;\n";
   s += "  if (Nk == 0) { memset(out, 0, sizeof(float) * (size_t)(nbh * M * Dv)); return 0; }\n";
-  if (attention_reads_few_queries(r, ld, tuning)) s += attention_few_queries_dispatch(r, tuning);
+  if (attention_reads_few_queries(r, tuning)) s += attention_few_queries_dispatch(r, tuning);
   // Key block (a multiple of the 32-key panel) and the rows of the padded query block.
   s += "  const int64_t NB = FUSOR_NB;\n";
   s += avx2 ? "  const int64_t MRP = FUSOR_MR;\n"

@@ -22,24 +22,25 @@ namespace {
 const char* kFewQueries = R"(#define FUSOR_FQ_ROWS 4   /* query rows an item reads K and V for */
 #define FUSOR_FQ_KB 256    /* keys per online-softmax step */
 #define FUSOR_FQ_AHEAD 8   /* K and V rows prefetched this many keys ahead */
+#define FUSOR_FQ_LINE (64 / (int64_t)sizeof(fusor_fq_t)) /* elements per cache line */
 /* sc[r][j] = q_r . k_(n0 + j) for j < nk: every K row is read once for the item's R rows. */
 static inline __attribute__((always_inline)) void fusor_fq_scores_rows(const int R, const float* restrict qb,
-    int64_t Dq, const float* restrict kb, int64_t D, int64_t nk, float* restrict sc) {
+    int64_t Dq, const fusor_fq_t* restrict kb, int64_t D, int64_t nk, float* restrict sc) {
   const __mmask16 kt = (__mmask16)((1u << (D % 16)) - 1u);
   for (int64_t j = 0; j < nk; ++j) {
-    const float* restrict kj = kb + j * D;
-    for (int64_t c = 0; c < D; c += 16) _mm_prefetch((const char*)(kj + FUSOR_FQ_AHEAD * D + c), _MM_HINT_T0);
+    const fusor_fq_t* restrict kj = kb + j * D;
+    for (int64_t c = 0; c < D; c += FUSOR_FQ_LINE) _mm_prefetch((const char*)(kj + FUSOR_FQ_AHEAD * D + c), _MM_HINT_T0);
     __m512 acc[FUSOR_FQ_ROWS];
     #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
     int64_t c = 0;
     for (; c + 16 <= D; c += 16) {
-      const __m512 kv = _mm512_loadu_ps(kj + c);
+      const __m512 kv = fusor_fq_load((__mmask16)0xFFFF, kj + c);
       #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(_mm512_load_ps(qb + r * Dq + c), kv, acc[r]);
     }
     if (c < D) {
-      const __m512 kv = _mm512_maskz_loadu_ps(kt, kj + c);
+      const __m512 kv = fusor_fq_load(kt, kj + c);
       #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(_mm512_load_ps(qb + r * Dq + c), kv, acc[r]);
     }
@@ -49,7 +50,7 @@ static inline __attribute__((always_inline)) void fusor_fq_scores_rows(const int
 }
 /* o[r][c0, c0 + 64) += sum_j p[r][j] v_j over the block's nk keys, for every 64-column chunk. */
 static inline __attribute__((always_inline)) void fusor_fq_pv_rows(const int R, const float* restrict sc,
-    const float* restrict vb, int64_t Dv, int64_t nk, float* restrict o, int64_t ldo) {
+    const fusor_fq_t* restrict vb, int64_t Dv, int64_t nk, float* restrict o, int64_t ldo) {
   for (int64_t c0 = 0; c0 < Dv; c0 += 64) {
     __mmask16 mk[4];
     #pragma GCC unroll 4
@@ -63,12 +64,13 @@ static inline __attribute__((always_inline)) void fusor_fq_pv_rows(const int R, 
       #pragma GCC unroll 4
       for (int q = 0; q < 4; ++q) acc[r][q] = _mm512_maskz_loadu_ps(mk[q], o + r * ldo + c0 + 16 * q);
     for (int64_t j = 0; j < nk; ++j) {
-      const float* restrict vj = vb + j * Dv + c0;
+      const fusor_fq_t* restrict vj = vb + j * Dv + c0;
       __m512 vv[4];
       #pragma GCC unroll 4
       for (int q = 0; q < 4; ++q) {
-        if (mk[q]) _mm_prefetch((const char*)(vj + FUSOR_FQ_AHEAD * Dv + 16 * q), _MM_HINT_T0);
-        vv[q] = _mm512_maskz_loadu_ps(mk[q], vj + 16 * q);
+        if (mk[q] && 16 * q % FUSOR_FQ_LINE == 0)
+          _mm_prefetch((const char*)(vj + FUSOR_FQ_AHEAD * Dv + 16 * q), _MM_HINT_T0);
+        vv[q] = fusor_fq_load(mk[q], vj + 16 * q);
       }
       #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
@@ -85,9 +87,9 @@ static inline __attribute__((always_inline)) void fusor_fq_pv_rows(const int R, 
 }
 /* Keys [n_lo, n_hi) of one KV head for R query rows (qb: [R][Dq], zero past D): the rows'
    unnormalised outputs o[R][ldo], running maxima m (base 2) and sums l. */
-static void fusor_fq_item(int R, const float* restrict qb, int64_t Dq, const float* restrict kh,
-                          const float* restrict vh, int64_t n_lo, int64_t n_hi, int64_t D, int64_t Dv, float vs,
-                          float* restrict sc, float* restrict o, int64_t ldo, float* restrict m, float* restrict l) {
+static inline __attribute__((always_inline)) void fusor_fq_rows(const int R, const float* restrict qb, int64_t Dq,
+    const fusor_fq_t* restrict kh, const fusor_fq_t* restrict vh, int64_t n_lo, int64_t n_hi, int64_t D, int64_t Dv,
+    float vs, float* restrict sc, float* restrict o, int64_t ldo, float* restrict m, float* restrict l) {
   for (int r = 0; r < R; ++r) {
     m[r] = -INFINITY;
     l[r] = 0.0f;
@@ -96,13 +98,7 @@ static void fusor_fq_item(int R, const float* restrict qb, int64_t Dq, const flo
   const __m512 vvs = _mm512_set1_ps(vs), ninf = _mm512_set1_ps(-INFINITY);
   for (int64_t n0 = n_lo; n0 < n_hi; n0 += FUSOR_FQ_KB) {
     const int64_t nk = n_hi - n0 < FUSOR_FQ_KB ? n_hi - n0 : FUSOR_FQ_KB;
-    const float* restrict kb = kh + n0 * D;
-    switch (R) {
-    case 4: fusor_fq_scores_rows(4, qb, Dq, kb, D, nk, sc); break;
-    case 3: fusor_fq_scores_rows(3, qb, Dq, kb, D, nk, sc); break;
-    case 2: fusor_fq_scores_rows(2, qb, Dq, kb, D, nk, sc); break;
-    default: fusor_fq_scores_rows(1, qb, Dq, kb, D, nk, sc); break;
-    }
+    fusor_fq_scores_rows(R, qb, Dq, kh + n0 * D, D, nk, sc);
     for (int r = 0; r < R; ++r) {
       float* restrict s = sc + r * FUSOR_FQ_KB;
       __m512 mx = ninf;
@@ -127,19 +123,24 @@ static void fusor_fq_item(int R, const float* restrict qb, int64_t Dq, const flo
       if (alpha != 1.0f)
         for (int64_t c = 0; c < Dv; ++c) o[r * ldo + c] *= alpha;
     }
-    const float* restrict vb = vh + n0 * Dv;
-    switch (R) {
-    case 4: fusor_fq_pv_rows(4, sc, vb, Dv, nk, o, ldo); break;
-    case 3: fusor_fq_pv_rows(3, sc, vb, Dv, nk, o, ldo); break;
-    case 2: fusor_fq_pv_rows(2, sc, vb, Dv, nk, o, ldo); break;
-    default: fusor_fq_pv_rows(1, sc, vb, Dv, nk, o, ldo); break;
-    }
+    fusor_fq_pv_rows(R, sc, vh + n0 * Dv, Dv, nk, o, ldo);
+  }
+}
+/* fusor_fq_rows with R a constant: the row loops unroll and the accumulators stay in registers. */
+static void fusor_fq_item(int R, const float* restrict qb, int64_t Dq, const fusor_fq_t* restrict kh,
+                          const fusor_fq_t* restrict vh, int64_t n_lo, int64_t n_hi, int64_t D, int64_t Dv, float vs,
+                          float* restrict sc, float* restrict o, int64_t ldo, float* restrict m, float* restrict l) {
+  switch (R) {
+  case 4: fusor_fq_rows(4, qb, Dq, kh, vh, n_lo, n_hi, D, Dv, vs, sc, o, ldo, m, l); break;
+  case 3: fusor_fq_rows(3, qb, Dq, kh, vh, n_lo, n_hi, D, Dv, vs, sc, o, ldo, m, l); break;
+  case 2: fusor_fq_rows(2, qb, Dq, kh, vh, n_lo, n_hi, D, Dv, vs, sc, o, ldo, m, l); break;
+  default: fusor_fq_rows(1, qb, Dq, kh, vh, n_lo, n_hi, D, Dv, vs, sc, o, ldo, m, l); break;
   }
 }
 /* The whole call: items (KV head, group of R rows, key split); with several splits a second
    pass merges each row's partial states. vs = scale * log2 e (> 0). causal: top-left, so query
    m sees keys 0..m (an item is then one row, its keys cut at m + 1). */
-static int fusor_attention_few(const float* restrict Q, const float* restrict K, const float* restrict V,
+static int fusor_attention_few(const fusor_fq_t* restrict Q, const fusor_fq_t* restrict K, const fusor_fq_t* restrict V,
                                float* restrict out, int64_t batch, int64_t heads, int64_t kv_heads, int64_t M,
                                int64_t Nk, int64_t D, int64_t Dv, float vs, int causal, int q_transposed) {
   const int64_t group = heads / kv_heads, nkv = batch * kv_heads, rows_kv = group * M;
@@ -180,8 +181,8 @@ static int fusor_attention_few(const float* restrict Q, const float* restrict K,
       int64_t lim = Nk;
       for (int r = 0; r < rn; ++r) {
         const int64_t t = t0 + r, mq = t % M;
-        const float* restrict qh = Q + ((b * heads + hk * group + t / M) * M) * D;
-        for (int64_t c = 0; c < D; ++c) qb[r * Dq + c] = q_transposed ? qh[c * M + mq] : qh[mq * D + c];
+        const fusor_fq_t* restrict qh = Q + ((b * heads + hk * group + t / M) * M) * D;
+        for (int64_t c = 0; c < D; ++c) qb[r * Dq + c] = fusor_fq_elem(qh, q_transposed ? c * M + mq : mq * D + c);
         for (int64_t c = D; c < Dq; ++c) qb[r * Dq + c] = 0.0f;
         if (causal) lim = mq + 1 < Nk ? mq + 1 : Nk;
       }
@@ -234,13 +235,16 @@ std::string factor_of(const std::string& sum) {
 
 } // namespace
 
-bool attention_reads_few_queries(const AttentionRegion& r, const StorageLoad& ld, const Tuning& tuning) {
-  return tuning.fq > 0 && !tuning.amx && !tuning.avx2 && ld.type == "float" && !r.k_transposed() &&
-         attention_softmax_in_base2(r);
+bool attention_reads_few_queries(const AttentionRegion& r, const Tuning& tuning) {
+  return tuning.fq > 0 && !tuning.amx && !tuning.avx2 && !r.k_transposed() && attention_softmax_in_base2(r);
 }
 
-std::string attention_few_queries_source() {
-  std::string s = kFewQueries;
+std::string attention_few_queries_source(const StorageLoad& ld) {
+  // The storage's element type and its widening loads (f32 as is; bf16 and f16 exactly).
+  std::string s = "typedef " + ld.type + " fusor_fq_t;\n";
+  s += "static inline __m512 fusor_fq_load(__mmask16 m, const fusor_fq_t* p) { return " + ld.load16("m", "p") + "; }\n";
+  s += "static inline float fusor_fq_elem(const fusor_fq_t* p, int64_t i) { return " + ld.load("p", "i") + "; }\n";
+  s += kFewQueries;
   for (size_t at = s.find("@FACTOR("); at != std::string::npos; at = s.find("@FACTOR(", at)) {
     const size_t close = s.find(")@", at);
     const std::string sum = s.substr(at + 8, close - at - 8);

@@ -218,11 +218,11 @@ std::string attention_body(const AttentionRegion& region, const StorageLoad& ld,
 // Whether attention's softmax runs as 2^(s·scale·log2 e - m): scale > 0 and the op table spells
 // its e^d as expf (x86_simd_attention.cpp).
 bool attention_softmax_in_base2(const AttentionRegion& region);
-// The few-query path (x86_simd_attention_few.cpp): whether a kernel has it (f32, natural K,
-// the AVX-512 lane's zmm tiles, a base-2 softmax), its functions, and the kernel's first
+// The few-query path (x86_simd_attention_few.cpp): whether a kernel has it (natural K, the
+// AVX-512 lane's zmm tiles, a base-2 softmax; any storage), its functions, and the kernel's first
 // statement, which takes calls with at most tuning.fq query rows per head.
-bool attention_reads_few_queries(const AttentionRegion& region, const StorageLoad& ld, const Tuning& tuning);
-std::string attention_few_queries_source();
+bool attention_reads_few_queries(const AttentionRegion& region, const Tuning& tuning);
+std::string attention_few_queries_source(const StorageLoad& ld);
 std::string attention_few_queries_dispatch(const AttentionRegion& region, const Tuning& tuning);
 // The x86_amx lane's attention pieces (x86_amx_attention.cpp), in attention_body's loops:
 // packing K (per KV head and 32-key panel), packing a 32-row query block, packing V of every

@@ -245,8 +245,8 @@ Expected<KernelSource> emit_lane(const Region& region, const EmitOptions& option
     head += codegen::render_avx512_math_helpers(codegen::c99_avx512_dialect());
   if (tuning.avx2 && vector_math) head += codegen::render_avx2_math_helpers(codegen::c99_avx2_dialect());
   if (kind == RegionKind::attention) head += simd::attention_pv_source(tuning);
-  if (const auto* a = std::get_if<AttentionRegion>(&region); a && simd::attention_reads_few_queries(*a, ld, tuning))
-    head += simd::attention_few_queries_source();
+  if (const auto* a = std::get_if<AttentionRegion>(&region); a && simd::attention_reads_few_queries(*a, tuning))
+    head += simd::attention_few_queries_source(ld);
   if (kind == RegionKind::pointwise || kind == RegionKind::pointwise_reduce) head += simd::pointwise_helpers();
   if (streaming) head += simd::stream_helpers(tuning.stream, tuning.avx2);
 

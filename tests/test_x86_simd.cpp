@@ -396,6 +396,7 @@ TEST(X86Simd, AttentionFewQueryRows) {
   EXPECT_EQ(source("attention { scale = -0.5 }", {}).find("fusor_attention_few("), std::string::npos);
   expect_verified(region_of("attention { scale = 0.125 }"), {{"fq", "64"}});
   expect_verified(region_of("attention { scale = 0.125; causal = true }"), {{"fq", "64"}});
+  expect_verified(region_of("attention { scale = 0.125; storage = f16 }"), {{"fq", "64"}});
 }
 
 // NaN and infinities reach the few-query path's outputs as they reach the flash loop's: a NaN

@@ -4,11 +4,12 @@
 // products and K's bytes crossed memory three times (read, packed, read again): a decode step
 // ran at a third of the rate at which memory could deliver K and V. Here the rows of every
 // query head that shares a KV head (grouped-query attention included) are taken together, up
-// to FUSOR_FQ_ROWS at a time, and K and V are read once, in place: a score is a dot product
-// over D (16 lanes, then a horizontal sum), P·V a 64-column register tile over the block's
-// keys. The work is then bound by memory, not by the arithmetic. When the (KV head, row group)
-// items would leave threads idle, the keys are split too and the splits' partial softmax
-// states merged (the flash-decoding scheme). The online softmax is the main loop's: the same
+// to FUSOR_FQ_ROWS at a time, and K and V are read in place, once per such group (16-bit
+// elements widen as they load): a score is a dot product over D (16 lanes, then a horizontal
+// sum), P·V a 64-column register tile over the block's keys. The work is then bound by
+// memory, not by the arithmetic. When the (KV head, row group) items would leave threads
+// idle, the keys are split too and the splits' partial softmax states merged (the
+// flash-decoding scheme). The online softmax is the main loop's: the same
 // max rule (a NaN score never becomes the max), 2^(s·scale·log2 e - m), the same rescale.
 #include <string>
 

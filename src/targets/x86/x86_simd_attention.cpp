@@ -108,13 +108,16 @@ std::string attention_pv_source(const Tuning& tuning) {
          (tuning.avx2 ? avx2_rows_kernel_source(tuning.mr) : kPv) + (tuning.amx ? amx_attention_step_source() : "");
 }
 
+std::string rescale_factor(const std::string& from, const std::string& to, const std::string& exp_diff) {
+  // A row's first block rescales nothing (e^-inf = 0): computing it went through a denormal
+  // 2^n product, a microcode assist per row and block that took 40 % of a small head's time.
+  return from + " == " + to + " ? 1.0f : (" + from + " == -INFINITY ? 0.0f : " + exp_diff + ")";
+}
+
 std::string online_softmax_rescale(const std::string& exp_dm) {
   std::string s = "          const float mo = mrow[rr], mn = mo > bm ? mo : bm;\n";
   s += "          const float dm = mo - mn;\n";
-  // A row's first block rescales nothing (e^-inf = 0): computing it went through a denormal
-  // 2^n product, a microcode assist per row and block that took 40 % of a small head's time.
-  s += "          const float alpha = mo == mn ? 1.0f : (mo == -INFINITY ? 0.0f : " + exp_dm + ");\n";
-  return s;
+  return s + "          const float alpha = " + rescale_factor("mo", "mn", exp_dm) + ";\n";
 }
 
 // The table's e^d, evaluated as 2^(d·log2 e) with log2 e folded into the fmsub's scale:

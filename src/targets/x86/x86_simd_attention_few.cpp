@@ -11,6 +11,7 @@
 // idle, the keys are split too and the splits' partial softmax states merged (the
 // flash-decoding scheme). The online softmax is the main loop's: the same
 // max rule (a NaN score never becomes the max), 2^(s·scale·log2 e - m), the same rescale.
+#include <functional>
 #include <string>
 
 #include "codegen/c_renderer.hpp"
@@ -110,7 +111,7 @@ static inline __attribute__((always_inline)) void fusor_fq_rows(const int R, con
       const float bm = vs * _mm512_reduce_max_ps(mx);
       const float mo = m[r], mn = mo > bm ? mo : bm;
       const float dm = mo - mn;
-      const float alpha = mo == mn ? 1.0f : (mo == -INFINITY ? 0.0f : exp2f(dm));
+      const float alpha = @RESCALE(mo|mn|exp2f(dm))@;
       const __m512 vmn = _mm512_set1_ps(mn);
       __m512 ls = _mm512_setzero_ps();
       for (int64_t j = 0; j < nk; j += 16) {
@@ -216,7 +217,7 @@ static int fusor_attention_few(const fusor_fq_t* restrict Q, const fusor_fq_t* r
         for (int64_t s = 0; s < ns; ++s) {
           const float* restrict ps = p0 + s * pstride;
           const float ms = ps[R * Dv + r];
-          const float w = ms == mm ? 1.0f : (ms == -INFINITY ? 0.0f : exp2f(ms - mm));
+          const float w = @RESCALE(ms|mm|exp2f(ms - mm))@;
           ls += w * ps[R * Dv + R + r];
           for (int64_t c = 0; c < Dv; ++c) dst[c] += w * ps[r * Dv + c];
         }
@@ -229,9 +230,16 @@ static int fusor_attention_few(const fusor_fq_t* restrict Q, const fusor_fq_t* r
 }
 )";
 
-// The op table's softmax factor 1/s over `sum`, as the main loop renders it.
-std::string factor_of(const std::string& sum) {
-  return codegen::render_row_norm_factor(codegen::c99_simd_dialect(), RowNorm::softmax, sum, "(float)Nk", "0.0f");
+// `s` with every `@NAME(args)@` replaced by expand(args).
+std::string expand(std::string s, const std::string& name, const std::function<std::string(const std::string&)>& fn) {
+  const std::string open = "@" + name + "(";
+  for (size_t at = s.find(open); at != std::string::npos; at = s.find(open, at)) {
+    const size_t close = s.find(")@", at);
+    const std::string text = fn(s.substr(at + open.size(), close - at - open.size()));
+    s.replace(at, close + 2 - at, text);
+    at += text.size();
+  }
+  return s;
 }
 
 } // namespace
@@ -246,17 +254,19 @@ std::string attention_few_queries_source(const StorageLoad& ld) {
   s += "static inline __m512 fusor_fq_load(__mmask16 m, const fusor_fq_t* p) { return " + ld.load16("m", "p") + "; }\n";
   s += "static inline float fusor_fq_elem(const fusor_fq_t* p, int64_t i) { return " + ld.load("p", "i") + "; }\n";
   s += kFewQueries;
-  for (size_t at = s.find("@FACTOR("); at != std::string::npos; at = s.find("@FACTOR(", at)) {
-    const size_t close = s.find(")@", at);
-    const std::string sum = s.substr(at + 8, close - at - 8);
-    s.replace(at, close + 2 - at, factor_of(sum));
-  }
-  return s;
+  // The op table's softmax factor 1/s, as the flash loop renders it; its rescale rule.
+  s = expand(s, "FACTOR", [](const std::string& sum) {
+    return codegen::render_row_norm_factor(codegen::c99_simd_dialect(), RowNorm::softmax, sum, "(float)Nk", "0.0f");
+  });
+  return expand(s, "RESCALE", [](const std::string& args) {
+    const size_t a = args.find('|'), b = args.find('|', a + 1);
+    return rescale_factor(args.substr(0, a), args.substr(a + 1, b - a - 1), args.substr(b + 1));
+  });
 }
 
 std::string attention_few_queries_dispatch(const AttentionRegion& r, const Tuning& tuning) {
   return "  if (M <= " + std::to_string(tuning.fq) +
-         ") /* few query rows per head: K and V read once, in place (x86_simd_attention_few.cpp) */\n"
+         ") /* few query rows per head: K and V read in place (x86_simd_attention_few.cpp) */\n"
          "    return fusor_attention_few(Q, Kt, V, out, batch, heads, kv_heads, M, Nk, D, Dv, scale * "
          "1.44269504088896341f, " +
          std::string(r.causal() ? "1" : "0") + ", " + (r.q_transposed() ? "1" : "0") + ");\n";

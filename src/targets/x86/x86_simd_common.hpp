@@ -246,6 +246,10 @@ std::string amx_attention_steps(const AttentionRegion& r, const StorageLoad& ld,
 // bm) and the factor alpha = e^(old max - new max) (`exp_dm`, an expression in dm) that
 // rescales the row's sum and output; both lanes' softmax rows (x86_simd_attention.cpp).
 std::string online_softmax_rescale(const std::string& exp_dm);
+// The factor that takes a running softmax state from maximum `from` to maximum `to`: 1 when
+// they are equal, 0 from an empty state (from = -inf), else `exp_diff` (e^(from - to) in the
+// kernel's base). The rows' steps above and the few-query path's merge of key splits.
+std::string rescale_factor(const std::string& from, const std::string& to, const std::string& exp_diff);
 // The x86_avx2 lane's attention pieces (x86_avx2_attention.cpp), in attention_body's loops:
 // packing V of every KV head into 32-column panels, one row's online-softmax step, and the
 // block's P·V through fusor_ukr.

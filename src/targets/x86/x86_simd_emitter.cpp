@@ -53,20 +53,22 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
     // and ymm tiles' (AMX's packing prefetches its own way; its tiles sum in their own order
     // and keep their own epilogue); `fq` is attention's few-query path, the zmm tiles' only.
     enum class On { any, vector, amx };
+    // hi_avx2: the ymm tile's bound where it differs (6 rows; no few-query attention path).
     struct Knob {
       const char* name;
       int simd::Tuning::*field;
       int lo, hi;
       On on;
+      int hi_avx2 = -1;
     };
     static constexpr Knob kKnobs[] = {
-        {"mr", &simd::Tuning::mr, 4, 14, On::vector},           {"kc", &simd::Tuning::kc, 16, 1 << 16, On::any},
+        {"mr", &simd::Tuning::mr, 4, 14, On::vector, 6},        {"kc", &simd::Tuning::kc, 16, 1 << 16, On::any},
         {"mc", &simd::Tuning::mc, 1, 1 << 16, On::any},         {"nb", &simd::Tuning::nb, 32, 4096, On::any},
         {"serial", &simd::Tuning::serial, 0, 1 << 30, On::any}, {"exact", &simd::Tuning::exact, 0, 1, On::amx},
         {"overlap", &simd::Tuning::overlap, 0, 1, On::amx},     {"stream", &simd::Tuning::stream, 0, 2, On::vector},
         {"bpf", &simd::Tuning::bpf, 0, 256, On::vector},        {"ksub", &simd::Tuning::ksub, 0, 1 << 16, On::vector},
         {"epf", &simd::Tuning::epf, 0, 1, On::vector},          {"bfuse", &simd::Tuning::bfuse, 0, 1, On::vector},
-        {"bnext", &simd::Tuning::bnext, 0, 1, On::vector},      {"fq", &simd::Tuning::fq, 0, 64, On::vector}};
+        {"bnext", &simd::Tuning::bnext, 0, 1, On::vector},      {"fq", &simd::Tuning::fq, 0, 64, On::vector, 0}};
     const Knob* knob = nullptr;
     std::string names;
     for (const Knob& k : kKnobs) {
@@ -77,8 +79,7 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
     }
     if (!knob) return unsupported(kind, "unknown option '" + key + "=" + value + "' (options: " + names + ")", lane);
     int* field = &(t.*knob->field);
-    // (The ymm tile holds 6 rows; the AVX2 lane has no few-query attention path.)
-    const int lo = knob->lo, hi = t.avx2 && key == "mr" ? 6 : (t.avx2 && key == "fq" ? 0 : knob->hi);
+    const int lo = knob->lo, hi = t.avx2 && knob->hi_avx2 >= 0 ? knob->hi_avx2 : knob->hi;
     if (!number || v < lo || v > hi)
       return unsupported(
           kind, "option " + key + "=" + value + " is outside " + std::to_string(lo) + ".." + std::to_string(hi), lane);

@@ -47,20 +47,7 @@ const Candidate* avx2_lane(RegionKind kind) { return testing::x86_candidate(kind
 // Every thread however small the shape (serial = 0), unless the test's knobs say otherwise.
 void expect_matches_reference(const Region& region, const ProblemShape& dims, std::uint64_t seed, double scale,
                               std::map<std::string, std::string> knobs = {}) {
-  const auto operands = make_operands(region, dims, seed, scale);
-  auto ref = evaluate_reference(region, operands);
-  ASSERT_TRUE(ref.ok()) << ref.error().str();
-  ExecuteOptions o;
-  o.candidate = avx2_lane(region_kind(region));
-  knobs.try_emplace("serial", "0");
-  o.emit.options = std::move(knobs);
-  o.reference_fallback = false;
-  auto out = execute_on_target(x86(), region, operands, o);
-  ASSERT_TRUE(out.ok()) << print_region(region) << ": " << out.error().str();
-  EXPECT_EQ(out->tag, "x86_avx2");
-  EXPECT_TRUE(out->verified);
-  EXPECT_TRUE(testing::all_close(out->output, *ref, testing::storage_atol(region)))
-      << print_region(region) << " at M=" << dims.M << " N=" << dims.N << " K=" << dims.K;
+  testing::expect_matches_reference_on("x86_avx2", region, dims, seed, scale, std::move(knobs));
 }
 
 // K blocks of 16, 8-row blocks and 4-row tiles: partial sums merge through `out` (or `part`).
@@ -101,7 +88,7 @@ TEST(X86Avx2, DeclinesWithReasons) {
       {"nb", "48"},    // not a whole number of 32-key panels
       {"exact", "1"},  // AMX's
       {"stream", "3"}, // 0 plain, 1 streaming, 2 past the last-level cache
-      {"fq", "4"},     // attention's few-query path is the zmm tiles' only
+      {"fq", "65"},    // attention's few-query bound: 0..64
   };
   for (const auto& [key, value] : rejected) {
     bad.options = {{key, value}};
@@ -125,6 +112,7 @@ TEST(X86Avx2, KernelsBuildForHaswellWithoutAvx512) {
         "matmul { transpose_a = true }", "gated { gate_act = silu }", "gated { gate_act = gelu; storage = bf16 }",
         "attention { scale = 0.125; causal = true }",
         "attention { scale = -0.3; causal = false; q_transposed = true; storage = f16 }",
+        "attention { scale = 0.3; storage = f16 }", "attention { scale = 0.3; causal = true; storage = bf16 }",
         "norm_chain { norm = layer_norm; add_residual = true; weight = true; bias = true }",
         "norm_chain { norm = softmax; weight = true; bias = true }",
         "pointwise { inputs = [x, g]; s = sigmoid(g); y = mul(x, s); t = tanh(y); u = gelu(t); output = u }",
@@ -151,7 +139,7 @@ TEST(X86Avx2, KernelsBuildForHaswellWithoutAvx512) {
     ++built;
   }
   fs::remove_all(dir);
-  EXPECT_EQ(built, 12);
+  EXPECT_EQ(built, 14);
 }
 
 TEST(X86Avx2, OracleVerifiesEveryKind) {
@@ -275,6 +263,18 @@ TEST(X86Avx2, AttentionMaskedValuesNeverLeak) {
   }
 }
 
+// Decode steps: the few-query path on ymm registers (testing::expect_few_query_rows says what
+// it covers), partial vectors of 16-bit K and V through a zeroed copy.
+TEST(X86Avx2, AttentionFewQueryRows) {
+  REQUIRE_AVX2();
+  testing::expect_few_query_rows("x86_avx2");
+}
+
+TEST(X86Avx2, AttentionFewQueryRowsSpecialValues) {
+  REQUIRE_AVX2();
+  testing::expect_few_query_special_values("x86_avx2");
+}
+
 // Norm chains, pointwise DAGs and reductions: outputs past the last-level cache are streamed
 // from L1 chunks with ymm streaming stores; `stream=1` forces them on small shapes, which
 // must give the plain stores' bits (rows off a cache line, ragged chunk tails).
@@ -327,6 +327,11 @@ TEST(X86Avx2, StreamingKindsAndStores) {
 TEST(X86Avx2, VectorExp8ErrorBoundsAndSpecialValues) {
   REQUIRE_AVX2();
   testing::expect_vector_exp(8);
+}
+
+TEST(X86Avx2, VectorExp2_8ErrorBoundsAndSpecialValues) {
+  REQUIRE_AVX2();
+  testing::expect_vector_exp2(8);
 }
 
 TEST(X86Avx2, VectorTanhErf8ErrorBoundsAndSpecialValues) {

@@ -49,16 +49,7 @@ ExecuteOptions lane_options(RegionKind kind, std::map<std::string, std::string> 
 
 void expect_matches_reference(const Region& region, const ProblemShape& dims, std::uint64_t seed, double scale,
                               std::map<std::string, std::string> knobs = {}) {
-  const auto operands = make_operands(region, dims, seed, scale);
-  auto ref = evaluate_reference(region, operands);
-  ASSERT_TRUE(ref.ok()) << ref.error().str();
-  auto out = execute_on_target(x86(), region, operands, lane_options(region_kind(region), knobs));
-  ASSERT_TRUE(out.ok()) << print_region(region) << ": " << out.error().str();
-  EXPECT_EQ(out->tag, "x86_avx512");
-  EXPECT_TRUE(out->verified);
-  EXPECT_TRUE(testing::all_close(out->output, *ref, testing::storage_atol(region)))
-      << print_region(region) << " at M=" << dims.M << " N=" << dims.N << " K=" << dims.K << " Nk=" << dims.Nk
-      << " D=" << dims.D;
+  testing::expect_matches_reference_on("x86_avx512", region, dims, seed, scale, std::move(knobs));
 }
 
 // The oracle's verdict on the lane's own artifact, with tuning knobs that force every tail
@@ -348,84 +339,17 @@ TEST(X86Simd, AttentionMaskedValuesNeverLeak) {
   }
 }
 
-// Calls with at most `fq` (default 8) query rows per head take the few-query path: the rows of
-// every query head sharing a KV head together (GQA), K and V read in place, the keys split
-// across threads when the items are few and the splits' softmax states merged. Every shape here
-// has M <= 8: ragged D and Dv, one key, key blocks (256) and splits, causal (a row per item),
-// Q transposed, 16-bit storage, a negative scale (which keeps the flash loop: its max rule
-// differs).
+// Calls with at most `fq` (default 8) query rows per head take the few-query path
+// (testing::expect_few_query_rows says what it covers); NaN reaches its outputs as the flash
+// loop's.
 TEST(X86Simd, AttentionFewQueryRows) {
   REQUIRE_AVX512();
-  const std::map<std::string, std::string> one_thread = {{"serial", "1073741824"}};
-  for (bool causal : {false, true}) {
-    const Region region =
-        region_of(std::string("attention { scale = 0.125; causal = ") + (causal ? "true" : "false") + " }");
-    for (std::int64_t m : {1, 3, 4, 7}) {
-      expect_matches_reference(region, attention_dims(0, 1, 1, m, 3000, 64), 40, 1.0); // one head: split keys
-      expect_matches_reference(region, attention_dims(0, 1, 1, m, 3000, 64), 40, 1.0, one_thread);
-      expect_matches_reference(region, attention_dims(2, 8, 2, m, 300, 17, 33), 41, 1.0); // GQA, ragged D, Dv
-      expect_matches_reference(region, attention_dims(1, 4, 4, m, 1, 128), 42, 1.0);      // one key
-      expect_matches_reference(region, attention_dims(1, 3, 1, m, 257, 130, 70), 43, 1.0);
-    }
-  }
-  expect_matches_reference(region_of("attention { scale = 0.3; q_transposed = true }"),
-                           attention_dims(1, 4, 2, 2, 500, 48), 44, 1.0);
-  expect_matches_reference(region_of("attention { scale = -0.3 }"), attention_dims(0, 2, 2, 1, 600, 64), 45, 1.0);
-  // 16-bit K and V widen as they load (exactly: the reference rounds to storage first).
-  for (const char* storage : {"bf16", "f16"})
-    for (bool causal : {false, true}) {
-      const Region r16 = region_of(std::string("attention { scale = 0.125; storage = ") + storage +
-                                   "; causal = " + (causal ? "true" : "false") + " }");
-      expect_matches_reference(r16, attention_dims(2, 8, 2, 3, 700, 40, 72), 48, 1.0); // GQA, ragged D, Dv
-      expect_matches_reference(r16, attention_dims(0, 1, 1, 1, 3000, 128), 49, 1.0);   // split keys
-    }
-  // The path is in the kernels that can take it, behind its row bound, and nowhere else.
-  const auto source = [](const std::string& text, std::map<std::string, std::string> knobs) {
-    EmitOptions o;
-    o.options = std::move(knobs);
-    auto src = lane(RegionKind::attention)->emit(region_of(text), o);
-    EXPECT_TRUE(src.ok()) << src.error().str();
-    return src.ok() ? src->source : std::string();
-  };
-  EXPECT_NE(source("attention { scale = 0.5 }", {}).find("if (M <= 8)"), std::string::npos);
-  EXPECT_NE(source("attention { scale = 0.5 }", {{"fq", "9"}}).find("if (M <= 9)"), std::string::npos);
-  EXPECT_EQ(source("attention { scale = 0.5 }", {{"fq", "0"}}).find("fusor_attention_few("), std::string::npos);
-  EXPECT_EQ(source("attention { scale = 0.5; k_transposed = true }", {}).find("fusor_attention_few("),
-            std::string::npos);
-  EXPECT_NE(source("attention { scale = 0.5; storage = bf16 }", {}).find("fusor_attention_few("), std::string::npos);
-  EXPECT_EQ(source("attention { scale = -0.5 }", {}).find("fusor_attention_few("), std::string::npos);
-  expect_verified(region_of("attention { scale = 0.125 }"), {{"fq", "64"}});
-  expect_verified(region_of("attention { scale = 0.125; causal = true }"), {{"fq", "64"}});
-  expect_verified(region_of("attention { scale = 0.125; storage = f16 }"), {{"fq", "64"}});
+  testing::expect_few_query_rows("x86_avx512");
 }
 
-// NaN and infinities reach the few-query path's outputs as they reach the flash loop's: a NaN
-// in one key's V row poisons every row that sees that key, and only those.
 TEST(X86Simd, AttentionFewQueryRowsSpecialValues) {
   REQUIRE_AVX512();
-  const Region region = region_of("attention { scale = 0.25; causal = true }");
-  const std::int64_t m = 4, nk = 600, nan_key = 2;
-  auto operands = make_operands(region, attention_dims(0, 1, 1, m, nk, 16), 46, 1.0);
-  for (std::int64_t c = 0; c < 16; ++c) operands[2].data[nan_key * 16 + c] = NAN;
-  auto ref = evaluate_reference(region, operands);
-  ASSERT_TRUE(ref.ok()) << ref.error().str();
-  for (const char* fq : {"4", "0"}) {
-    auto out = execute_on_target(x86(), region, operands, lane_options(RegionKind::attention, {{"fq", fq}}));
-    ASSERT_TRUE(out.ok()) << out.error().str();
-    EXPECT_TRUE(testing::all_close(out->output, *ref)) << "fq=" << fq;
-    for (std::int64_t i = 0; i < m; ++i)
-      EXPECT_EQ(std::isnan(out->output.data[i * 16]), i >= nan_key) << "fq=" << fq << ", query " << i;
-  }
-  // A non-causal row whose every score is NaN: NaN out, through the key splits' merge too.
-  const Region plain = region_of("attention { scale = 0.25 }");
-  auto ops2 = make_operands(plain, attention_dims(0, 1, 1, 1, 3000, 16), 47, 1.0);
-  ops2[0].data[3] = NAN;
-  auto ref2 = evaluate_reference(plain, ops2);
-  ASSERT_TRUE(ref2.ok());
-  auto out2 = execute_on_target(x86(), plain, ops2, lane_options(RegionKind::attention));
-  ASSERT_TRUE(out2.ok()) << out2.error().str();
-  EXPECT_TRUE(testing::all_close(out2->output, *ref2));
-  EXPECT_TRUE(std::isnan(out2->output.data[0]));
+  testing::expect_few_query_special_values("x86_avx512");
 }
 
 // Norm chains split rows across threads and overlap one row's output with the next row's
@@ -546,7 +470,7 @@ TEST(X86Simd, StreamingStoresGiveThePlainStoresBits) {
 
 // One op through the lane's scalar helpers (fusor_expf, fusor_tanhf, ...) on many inputs;
 // returns the output. The broadcast operand `one` keeps the DAG off the 16-lane path, which
-// run_avx512 measures instead.
+// the 16-lane helper tests (testing::run_vector_expr) measure instead.
 FloatBuffer run_unary(const std::string& op, const std::vector<float>& xs) {
   const Region region =
       region_of("pointwise { inputs = [x, one]; t0 = " + op + "(x); t1 = mul(t0, one); output = t1 }");
@@ -574,12 +498,6 @@ TEST(X86Simd, VectorMathErrorBounds) {
   EXPECT_LT(r.max_abs, 5e-7);
 }
 
-// An expression over `v` (16 lanes) of the AVX-512 helpers (what attention's softmax and the
-// GEMM's vector epilogue render through), in a kernel of its own.
-std::vector<float> run_avx512(const std::string& expr, const std::vector<float>& xs) {
-  return testing::run_vector_expr(16, expr, xs);
-}
-
 TEST(X86Simd, VectorExp16ErrorBoundsAndSpecialValues) {
   REQUIRE_AVX512();
   testing::expect_vector_exp(16);
@@ -588,29 +506,7 @@ TEST(X86Simd, VectorExp16ErrorBoundsAndSpecialValues) {
 // 2^x without the Cody-Waite split (attention's softmax, log2 e folded into its scale).
 TEST(X86Simd, VectorExp2_16ErrorBoundsAndSpecialValues) {
   REQUIRE_AVX512();
-  const auto ex = grid(-125.0, 127.9, 400001);
-  const auto e = measure(ex, run_avx512("fusor_exp2f16(v)", ex), [](double x) { return std::exp2(x); });
-  std::printf("vector exp2_16: max rel err %.3g\n", e.max_rel);
-  EXPECT_LT(e.max_rel, 1.5e-7);
-  const float inf = INFINITY, nan = NAN;
-  const auto sv = run_avx512("fusor_exp2f16(v)", {nan, inf, -inf, 0.0f, -0.0f, 128.0f, -1000.0f, 1e30f, -126.5f,
-                                                  -126.0f, -125.6f, 3.0f, -0.5f, -3.0f, -1e-7f});
-  ASSERT_EQ(sv.size(), 15u);
-  EXPECT_TRUE(std::isnan(sv[0]));
-  EXPECT_EQ(sv[1], inf);
-  EXPECT_EQ(sv[2], 0.0f);
-  EXPECT_EQ(sv[3], 1.0f);
-  EXPECT_EQ(sv[4], 1.0f);
-  EXPECT_EQ(sv[5], inf); // 2^128 > FLT_MAX
-  EXPECT_EQ(sv[6], 0.0f);
-  EXPECT_EQ(sv[7], inf);
-  EXPECT_EQ(sv[8], 0.0f); // below FLT_MIN: 0, never a (slow) denormal
-  EXPECT_EQ(sv[9], FLT_MIN);
-  EXPECT_GE(sv[10], FLT_MIN);
-  EXPECT_EQ(sv[11], 8.0f); // integers are exact: r = 0
-  EXPECT_NEAR(sv[12], std::sqrt(0.5), 1e-7);
-  EXPECT_EQ(sv[13], 0.125f);        // floor(x) = x: r = 0 whatever the sign
-  EXPECT_NEAR(sv[14], 1.0, 1.5e-7); // r just below 1, floor(x) = -1
+  testing::expect_vector_exp2(16);
 }
 
 TEST(X86Simd, VectorTanhErf16ErrorBoundsAndSpecialValues) {

@@ -274,6 +274,22 @@ std::string render_avx2_math_helpers(const CDialect& dialect) {
          "  return _mm256_and_ps(_mm256_mul_ps(_mm256_mul_ps(q, s1), s2),\n"
          "                       _mm256_cmp_ps(x, _mm256_set1_ps(-87.3f), _CMP_NLT_UQ));\n"
          "}\n"
+         "/* fusor_exp2f16 in AVX2: r = x - floor(x) (exact) and the same polynomial; 2^floor(x) in two\n"
+         "   exponent-field halves as above, x clamped to [-126, 128] first so no product is denormal\n"
+         "   (below -126 the and-mask makes the result 0) and 2^128 overflows to inf. NaN: the clamps\n"
+         "   pass it through (vminps/vmaxps return their second operand), r and q are NaN. */\n" +
+         p +
+         " __m256 fusor_exp2f8(__m256 x) {\n"
+         "  const __m256 xc = _mm256_max_ps(_mm256_set1_ps(-126.0f), _mm256_min_ps(_mm256_set1_ps(128.0f), x));\n"
+         "  const __m256 n = _mm256_floor_ps(xc), r = _mm256_sub_ps(xc, n);\n" +
+         horner("q", "r", kExp2Horner, 8) +
+         "  const __m256i j = _mm256_cvtps_epi32(n), h = _mm256_srai_epi32(j, 1), bias = _mm256_set1_epi32(127);\n"
+         "  const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(h, bias), 23));\n"
+         "  const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(j, h), bias), "
+         "23));\n"
+         "  return _mm256_and_ps(_mm256_mul_ps(_mm256_mul_ps(q, s1), s2),\n"
+         "                       _mm256_cmp_ps(x, _mm256_set1_ps(-126.0f), _CMP_NLT_UQ));\n"
+         "}\n"
          "/* tanh and erf as fusor_tanhf/fusor_erff (the same polynomials and exponentials), both\n"
          "   branches computed and blended; the large-|x| branch takes x's sign, so tanh/erf(-0) = -0\n"
          "   and (+-inf) = +-1; NaN stays NaN. */\n" +

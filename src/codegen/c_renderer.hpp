@@ -52,8 +52,9 @@ std::string render_vector_math_helpers(const CDialect& dialect);
 const CDialect& c99_avx512_dialect();
 std::string render_avx512_math_helpers(const CDialect& dialect);
 // The same over __m256 for hosts with AVX2 and FMA but no AVX-512: fusor_expf8 (2^n through
-// the exponent field), fusor_tanhf8, fusor_erff8 and fusor_fmaxf8/fusor_fminf8, with the
-// scalar helpers' polynomials and NaN rules.
+// the exponent field), fusor_exp2f8 (fusor_exp2f16's 2^x: attention's few-query softmax),
+// fusor_tanhf8, fusor_erff8 and fusor_fmaxf8/fusor_fminf8, with the scalar helpers'
+// polynomials and NaN rules.
 const CDialect& c99_avx2_dialect();
 std::string render_avx2_math_helpers(const CDialect& dialect);
 // CUDA C++ compiled by NVRTC: device helpers, `__restrict__`, an extern "C" __global__

@@ -114,6 +114,38 @@ inline void expect_vector_exp(int lanes) {
   EXPECT_NEAR(sv[11] / std::exp(static_cast<double>(88.7f)), 1.0, 1.5e-7); // the largest scale that stays finite
 }
 
+// `fusor_exp2f<lanes>`: 2^x without the Cody-Waite split (attention's softmax, log2 e folded
+// into its scale): about 1 ulp, 0 below FLT_MIN (never a denormal), inf from 2^128, NaN kept.
+inline void expect_vector_exp2(int lanes) {
+  const std::string fn = "fusor_exp2f" + std::to_string(lanes) + "(v)";
+  const auto ex = grid(-125.0, 127.9, 400001);
+  const auto e = measure(ex, run_vector_expr(lanes, fn, ex), [](double x) { return std::exp2(x); });
+  std::printf("%s: max rel err %.3g\n", fn.c_str(), e.max_rel);
+  EXPECT_LT(e.max_rel, 1.5e-7);
+  const float inf = INFINITY, nan = NAN;
+  const auto sv = run_vector_expr(lanes, fn,
+                                  {nan, inf, -inf, 0.0f, -0.0f, 128.0f, -1000.0f, 1e30f, -126.5f, -126.0f, -125.6f,
+                                   3.0f, -0.5f, -3.0f, -1e-7f, 127.0f, -1e30f});
+  ASSERT_EQ(sv.size(), 17u);
+  EXPECT_TRUE(std::isnan(sv[0]));
+  EXPECT_EQ(sv[1], inf);
+  EXPECT_EQ(sv[2], 0.0f);
+  EXPECT_EQ(sv[3], 1.0f);
+  EXPECT_EQ(sv[4], 1.0f);
+  EXPECT_EQ(sv[5], inf); // 2^128 > FLT_MAX
+  EXPECT_EQ(sv[6], 0.0f);
+  EXPECT_EQ(sv[7], inf);
+  EXPECT_EQ(sv[8], 0.0f); // below FLT_MIN: 0, never a (slow) denormal
+  EXPECT_EQ(sv[9], FLT_MIN);
+  EXPECT_GE(sv[10], FLT_MIN);
+  EXPECT_EQ(sv[11], 8.0f); // integers are exact: r = 0
+  EXPECT_NEAR(sv[12], std::sqrt(0.5), 1e-7);
+  EXPECT_EQ(sv[13], 0.125f);        // floor(x) = x: r = 0 whatever the sign
+  EXPECT_NEAR(sv[14], 1.0, 1.5e-7); // r just below 1, floor(x) = -1
+  EXPECT_EQ(sv[15], 0x1p127f);      // the largest power that stays finite
+  EXPECT_EQ(sv[16], 0.0f);
+}
+
 // `fusor_tanhf<lanes>` and `fusor_erff<lanes>`: the scalar helpers' bounds (the same
 // polynomials), +-1 at +-inf, NaN kept, the sign of zero kept.
 inline void expect_vector_tanh_erf(int lanes) {

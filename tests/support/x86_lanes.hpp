@@ -67,6 +67,35 @@ inline void expect_verified_on(std::string_view name, const Region& region,
   EXPECT_TRUE(report->verified) << print_region(region) << "\n" << report->summary();
 }
 
+// Lane `name` on every thread however small the shape (serial = 0, unless `knobs` says
+// otherwise), no reference fallback.
+inline ExecuteOptions lane_options_on(std::string_view name, RegionKind kind,
+                                      std::map<std::string, std::string> knobs = {}) {
+  ExecuteOptions o;
+  o.candidate = x86_candidate(kind, name);
+  knobs.try_emplace("serial", "0");
+  o.emit.options = std::move(knobs);
+  o.reference_fallback = false;
+  return o;
+}
+
+// Lane `name`'s output for `region` at `dims` (operands from `seed`, `scale`) is the oracle's
+// own (verified) and within the storage's tolerance of the reference.
+inline void expect_matches_reference_on(std::string_view name, const Region& region, const ProblemShape& dims,
+                                        std::uint64_t seed, double scale,
+                                        std::map<std::string, std::string> knobs = {}) {
+  const auto operands = make_operands(region, dims, seed, scale);
+  auto ref = evaluate_reference(region, operands);
+  ASSERT_TRUE(ref.ok()) << ref.error().str();
+  auto out = execute_on_target(x86(), region, operands, lane_options_on(name, region_kind(region), std::move(knobs)));
+  ASSERT_TRUE(out.ok()) << print_region(region) << ": " << out.error().str();
+  EXPECT_EQ(out->tag, name);
+  EXPECT_TRUE(out->verified);
+  EXPECT_TRUE(all_close(out->output, *ref, storage_atol(region)))
+      << name << " " << print_region(region) << " at M=" << dims.M << " N=" << dims.N << " K=" << dims.K
+      << " Nk=" << dims.Nk << " D=" << dims.D;
+}
+
 // Regions of every kind and storage the SIMD lanes' oracle tests verify.
 inline constexpr const char* kEveryKindRegions[] = {
     "fused { epilogue = [bias, gelu] }",
@@ -233,6 +262,87 @@ inline void expect_b_packed_by_first_tiles(std::string_view name) {
       EXPECT_TRUE(all_close(tiles->output, *ref, storage_atol(region)))
           << name << print_region(region) << " M=" << dims.M << " N=" << dims.N << " K=" << dims.K;
     }
+}
+
+// Attention calls with at most `fq` (default 8) query rows per head take lane `name`'s
+// few-query path: the rows of every query head sharing a KV head together (GQA), K and V read
+// in place, the keys split across threads when the items are few and the splits' softmax
+// states merged. Every shape here has M <= 8: ragged D and Dv (partial vectors), one key, key
+// blocks (256) and splits, causal (a row per item), Q transposed, 16-bit storage, a negative
+// scale (which keeps the flash loop: its max rule differs). The path is in the kernels that can
+// take it, behind its row bound, and nowhere else; the oracle verifies it.
+inline void expect_few_query_rows(std::string_view name) {
+  const auto check = [&](const Region& region, const ProblemShape& dims, std::uint64_t seed,
+                         std::map<std::string, std::string> knobs = {}) {
+    expect_matches_reference_on(name, region, dims, seed, 1.0, std::move(knobs));
+  };
+  const std::map<std::string, std::string> one_thread = {{"serial", "1073741824"}};
+  for (bool causal : {false, true}) {
+    const Region region =
+        region_of(std::string("attention { scale = 0.125; causal = ") + (causal ? "true" : "false") + " }");
+    for (std::int64_t m : {1, 3, 4, 7}) {
+      check(region, attention_dims(0, 1, 1, m, 3000, 64), 40); // one head: split keys
+      check(region, attention_dims(0, 1, 1, m, 3000, 64), 40, one_thread);
+      check(region, attention_dims(2, 8, 2, m, 300, 17, 33), 41); // GQA, ragged D, Dv
+      check(region, attention_dims(1, 4, 4, m, 1, 128), 42);      // one key
+      check(region, attention_dims(1, 3, 1, m, 257, 130, 70), 43);
+    }
+  }
+  check(region_of("attention { scale = 0.3; q_transposed = true }"), attention_dims(1, 4, 2, 2, 500, 48), 44);
+  check(region_of("attention { scale = -0.3 }"), attention_dims(0, 2, 2, 1, 600, 64), 45);
+  // 16-bit K and V widen as they load (exactly: the reference rounds to storage first).
+  for (const char* storage : {"bf16", "f16"})
+    for (bool causal : {false, true}) {
+      const Region r16 = region_of(std::string("attention { scale = 0.125; storage = ") + storage +
+                                   "; causal = " + (causal ? "true" : "false") + " }");
+      check(r16, attention_dims(2, 8, 2, 3, 700, 41, 75), 48); // GQA, ragged D, Dv
+      check(r16, attention_dims(0, 1, 1, 1, 3000, 128), 49);   // split keys
+    }
+  const auto source = [&](const std::string& text, std::map<std::string, std::string> knobs) {
+    EmitOptions o;
+    o.options = std::move(knobs);
+    auto src = x86_candidate(RegionKind::attention, name)->emit(region_of(text), o);
+    EXPECT_TRUE(src.ok()) << src.error().str();
+    return src.ok() ? src->source : std::string();
+  };
+  EXPECT_NE(source("attention { scale = 0.5 }", {}).find("if (M <= 8)"), std::string::npos);
+  EXPECT_NE(source("attention { scale = 0.5 }", {{"fq", "9"}}).find("if (M <= 9)"), std::string::npos);
+  EXPECT_EQ(source("attention { scale = 0.5 }", {{"fq", "0"}}).find("fusor_attention_few("), std::string::npos);
+  EXPECT_EQ(source("attention { scale = 0.5; k_transposed = true }", {}).find("fusor_attention_few("),
+            std::string::npos);
+  EXPECT_NE(source("attention { scale = 0.5; storage = bf16 }", {}).find("fusor_attention_few("), std::string::npos);
+  EXPECT_EQ(source("attention { scale = -0.5 }", {}).find("fusor_attention_few("), std::string::npos);
+  expect_verified_on(name, region_of("attention { scale = 0.125 }"), {{"fq", "64"}});
+  expect_verified_on(name, region_of("attention { scale = 0.125; causal = true }"), {{"fq", "64"}});
+  expect_verified_on(name, region_of("attention { scale = 0.125; storage = f16 }"), {{"fq", "64"}});
+}
+
+// NaN and infinities reach lane `name`'s few-query outputs as they reach its flash loop's: a
+// NaN in one key's V row poisons every row that sees that key, and only those; a row whose
+// every score is NaN is NaN, through the key splits' merge too.
+inline void expect_few_query_special_values(std::string_view name) {
+  const Region region = region_of("attention { scale = 0.25; causal = true }");
+  const std::int64_t m = 4, nk = 600, nan_key = 2;
+  auto operands = make_operands(region, attention_dims(0, 1, 1, m, nk, 16), 46, 1.0);
+  for (std::int64_t c = 0; c < 16; ++c) operands[2].data[nan_key * 16 + c] = NAN;
+  auto ref = evaluate_reference(region, operands);
+  ASSERT_TRUE(ref.ok()) << ref.error().str();
+  for (const char* fq : {"4", "0"}) {
+    auto out = execute_on_target(x86(), region, operands, lane_options_on(name, RegionKind::attention, {{"fq", fq}}));
+    ASSERT_TRUE(out.ok()) << out.error().str();
+    EXPECT_TRUE(all_close(out->output, *ref)) << name << " fq=" << fq;
+    for (std::int64_t i = 0; i < m; ++i)
+      EXPECT_EQ(std::isnan(out->output.data[i * 16]), i >= nan_key) << name << " fq=" << fq << ", query " << i;
+  }
+  const Region plain = region_of("attention { scale = 0.25 }");
+  auto ops2 = make_operands(plain, attention_dims(0, 1, 1, 1, 3000, 16), 47, 1.0);
+  ops2[0].data[3] = NAN;
+  auto ref2 = evaluate_reference(plain, ops2);
+  ASSERT_TRUE(ref2.ok());
+  auto out2 = execute_on_target(x86(), plain, ops2, lane_options_on(name, RegionKind::attention));
+  ASSERT_TRUE(out2.ok()) << out2.error().str();
+  EXPECT_TRUE(all_close(out2->output, *ref2));
+  EXPECT_TRUE(std::isnan(out2->output.data[0]));
 }
 
 } // namespace fusor::testing

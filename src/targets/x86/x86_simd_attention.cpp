@@ -128,6 +128,7 @@ bool attention_softmax_in_base2(const AttentionRegion& r) {
   return r.scale() > 0 &&
          codegen::render_row_norm_accumulate(codegen::c99_avx512_dialect(), RowNorm::softmax, "@") ==
              "fusor_expf16(@)" &&
+         codegen::render_row_norm_accumulate(codegen::c99_avx2_dialect(), RowNorm::softmax, "@") == "fusor_expf8(@)" &&
          codegen::render_row_norm_accumulate(c99_simd_dialect(), RowNorm::softmax, "dm") == "fusor_expf(dm)";
 }
 

@@ -1,12 +1,12 @@
 // Attention with few query rows per head (decode steps: one new token against a long KV
-// cache) on the AVX-512 lane. The flash loop of x86_simd_attention.cpp packs K once per call
+// cache) on the AVX-512 and AVX2 lanes. The flash loop of x86_simd_attention.cpp packs K once per call
 // and computes 12-row query blocks per query head, so one query row paid for 12 in the
 // products and K's bytes crossed memory three times (read, packed, read again): a decode step
 // ran at a third of the rate at which memory could deliver K and V. Here the rows of every
 // query head that shares a KV head (grouped-query attention included) are taken together, up
 // to FUSOR_FQ_ROWS at a time, and K and V are read in place, once per such group (16-bit
-// elements widen as they load): a score is a dot product over D (16 lanes, then a horizontal
-// sum), P·V a 64-column register tile over the block's keys. The work is then bound by
+// elements widen as they load): a score is a dot product over D (a vector's lanes, then a
+// horizontal sum), P·V a register tile of a few vectors' columns over the block's keys. The work is then bound by
 // memory, not by the arithmetic. When the (KV head, row group) items would leave threads
 // idle, the keys are split too and the splits' partial softmax states merged (the
 // flash-decoding scheme). The online softmax is the main loop's: the same
@@ -21,70 +21,72 @@ namespace fusor::x86::simd {
 
 namespace {
 
+// The kernel below is written once over a small vector vocabulary (fusor_fq_*), which each
+// lane defines in its own registers: FUSOR_FQ_W f32 lanes in a fusor_fq_v, fusor_fq_m the lanes
+// a load or store touches (fusor_fq_mask(n): the first n, all when n >= W, none when n <= 0).
 const char* kFewQueries = R"(#define FUSOR_FQ_ROWS 4   /* query rows an item reads K and V for */
 #define FUSOR_FQ_KB 256    /* keys per online-softmax step */
 #define FUSOR_FQ_AHEAD 8   /* K and V rows prefetched this many keys ahead */
 #define FUSOR_FQ_LINE (64 / (int64_t)sizeof(fusor_fq_t)) /* elements per cache line */
+#define FUSOR_FQ_NV(R) ((R) <= 2 ? 8 : 4) /* vectors per P·V column chunk of R rows */
 /* sc[r][j] = q_r . k_(n0 + j) for j < nk: every K row is read once for the item's R rows. */
 static inline __attribute__((always_inline)) void fusor_fq_scores_rows(const int R, const float* restrict qb,
     int64_t Dq, const fusor_fq_t* restrict kb, int64_t D, int64_t nk, float* restrict sc) {
-  const __mmask16 kt = (__mmask16)((1u << (D % 16)) - 1u);
+  const fusor_fq_m all = fusor_fq_mask(FUSOR_FQ_W), kt = fusor_fq_mask(D % FUSOR_FQ_W);
   for (int64_t j = 0; j < nk; ++j) {
     const fusor_fq_t* restrict kj = kb + j * D;
     for (int64_t c = 0; c < D; c += FUSOR_FQ_LINE) _mm_prefetch((const char*)(kj + FUSOR_FQ_AHEAD * D + c), _MM_HINT_T0);
-    __m512 acc[FUSOR_FQ_ROWS];
+    fusor_fq_v acc[FUSOR_FQ_ROWS];
     #pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+    for (int r = 0; r < R; ++r) acc[r] = fusor_fq_zero();
     int64_t c = 0;
-    for (; c + 16 <= D; c += 16) {
-      const __m512 kv = fusor_fq_load((__mmask16)0xFFFF, kj + c);
+    for (; c + FUSOR_FQ_W <= D; c += FUSOR_FQ_W) {
+      const fusor_fq_v kv = fusor_fq_load(all, kj + c);
       #pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(_mm512_load_ps(qb + r * Dq + c), kv, acc[r]);
+      for (int r = 0; r < R; ++r) acc[r] = fusor_fq_fma(fusor_fq_loadf(qb + r * Dq + c), kv, acc[r]);
     }
-    if (c < D) {
-      const __m512 kv = fusor_fq_load(kt, kj + c);
+    if (c < D) { /* qb is zero past D, up to Dq */
+      const fusor_fq_v kv = fusor_fq_load(kt, kj + c);
       #pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(_mm512_load_ps(qb + r * Dq + c), kv, acc[r]);
+      for (int r = 0; r < R; ++r) acc[r] = fusor_fq_fma(fusor_fq_loadf(qb + r * Dq + c), kv, acc[r]);
     }
     #pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) sc[r * FUSOR_FQ_KB + j] = _mm512_reduce_add_ps(acc[r]);
+    for (int r = 0; r < R; ++r) sc[r * FUSOR_FQ_KB + j] = fusor_fq_hsum(acc[r]);
   }
 }
-/* o[r][c0, c0 + 64) += sum_j p[r][j] v_j over the block's nk keys, for every 64-column chunk. */
+/* o[r][c0, c0 + NV * W) += sum_j p[r][j] v_j over the block's nk keys, for every column chunk. */
 static inline __attribute__((always_inline)) void fusor_fq_pv_rows(const int R, const float* restrict sc,
     const fusor_fq_t* restrict vb, int64_t Dv, int64_t nk, float* restrict o, int64_t ldo) {
-  for (int64_t c0 = 0; c0 < Dv; c0 += 64) {
-    __mmask16 mk[4];
-    #pragma GCC unroll 4
-    for (int q = 0; q < 4; ++q) {
-      const int64_t rem = Dv - c0 - 16 * q;
-      mk[q] = rem >= 16 ? (__mmask16)0xFFFF : (rem > 0 ? (__mmask16)((1u << rem) - 1u) : (__mmask16)0);
-    }
-    __m512 acc[FUSOR_FQ_ROWS][4];
+  const int NV = FUSOR_FQ_NV(R);
+  for (int64_t c0 = 0; c0 < Dv; c0 += NV * FUSOR_FQ_W) {
+    fusor_fq_m mk[8];
+    #pragma GCC unroll 8
+    for (int q = 0; q < NV; ++q) mk[q] = fusor_fq_mask(Dv - c0 - FUSOR_FQ_W * q);
+    fusor_fq_v acc[FUSOR_FQ_ROWS][8];
     #pragma GCC unroll 4
     for (int r = 0; r < R; ++r)
-      #pragma GCC unroll 4
-      for (int q = 0; q < 4; ++q) acc[r][q] = _mm512_maskz_loadu_ps(mk[q], o + r * ldo + c0 + 16 * q);
+      #pragma GCC unroll 8
+      for (int q = 0; q < NV; ++q) acc[r][q] = fusor_fq_loadfm(mk[q], o + r * ldo + c0 + FUSOR_FQ_W * q);
     for (int64_t j = 0; j < nk; ++j) {
       const fusor_fq_t* restrict vj = vb + j * Dv + c0;
-      __m512 vv[4];
-      #pragma GCC unroll 4
-      for (int q = 0; q < 4; ++q) {
-        if (mk[q] && 16 * q % FUSOR_FQ_LINE == 0)
-          _mm_prefetch((const char*)(vj + FUSOR_FQ_AHEAD * Dv + 16 * q), _MM_HINT_T0);
-        vv[q] = fusor_fq_load(mk[q], vj + 16 * q);
+      fusor_fq_v vv[8];
+      #pragma GCC unroll 8
+      for (int q = 0; q < NV; ++q) {
+        if (fusor_fq_any(mk[q]) && FUSOR_FQ_W * q % FUSOR_FQ_LINE == 0)
+          _mm_prefetch((const char*)(vj + FUSOR_FQ_AHEAD * Dv + FUSOR_FQ_W * q), _MM_HINT_T0);
+        vv[q] = fusor_fq_load(mk[q], vj + FUSOR_FQ_W * q);
       }
       #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
-        const __m512 pb = _mm512_set1_ps(sc[r * FUSOR_FQ_KB + j]);
-        #pragma GCC unroll 4
-        for (int q = 0; q < 4; ++q) acc[r][q] = _mm512_fmadd_ps(pb, vv[q], acc[r][q]);
+        const fusor_fq_v pb = fusor_fq_set1(sc[r * FUSOR_FQ_KB + j]);
+        #pragma GCC unroll 8
+        for (int q = 0; q < NV; ++q) acc[r][q] = fusor_fq_fma(pb, vv[q], acc[r][q]);
       }
     }
     #pragma GCC unroll 4
     for (int r = 0; r < R; ++r)
-      #pragma GCC unroll 4
-      for (int q = 0; q < 4; ++q) _mm512_mask_storeu_ps(o + r * ldo + c0 + 16 * q, mk[q], acc[r][q]);
+      #pragma GCC unroll 8
+      for (int q = 0; q < NV; ++q) fusor_fq_storefm(o + r * ldo + c0 + FUSOR_FQ_W * q, mk[q], acc[r][q]);
   }
 }
 /* Keys [n_lo, n_hi) of one KV head for R query rows (qb: [R][Dq], zero past D): the rows'
@@ -97,30 +99,27 @@ static inline __attribute__((always_inline)) void fusor_fq_rows(const int R, con
     l[r] = 0.0f;
     memset(o + r * ldo, 0, sizeof(float) * (size_t)Dv);
   }
-  const __m512 vvs = _mm512_set1_ps(vs), ninf = _mm512_set1_ps(-INFINITY);
+  const fusor_fq_v vvs = fusor_fq_set1(vs), ninf = fusor_fq_set1(-INFINITY);
   for (int64_t n0 = n_lo; n0 < n_hi; n0 += FUSOR_FQ_KB) {
     const int64_t nk = n_hi - n0 < FUSOR_FQ_KB ? n_hi - n0 : FUSOR_FQ_KB;
     fusor_fq_scores_rows(R, qb, Dq, kh + n0 * D, D, nk, sc);
     for (int r = 0; r < R; ++r) {
-      float* restrict s = sc + r * FUSOR_FQ_KB;
-      __m512 mx = ninf;
-      for (int64_t j = 0; j < nk; j += 16) {
-        const __mmask16 k = nk - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (nk - j)) - 1u);
-        mx = _mm512_max_ps(_mm512_mask_blend_ps(k, ninf, _mm512_loadu_ps(s + j)), mx);
-      }
-      const float bm = vs * _mm512_reduce_max_ps(mx);
+      float* restrict s = sc + r * FUSOR_FQ_KB; /* whole vectors up to FUSOR_FQ_KB: no load faults */
+      fusor_fq_v mx = ninf;
+      for (int64_t j = 0; j < nk; j += FUSOR_FQ_W)
+        mx = fusor_fq_max(fusor_fq_blend(fusor_fq_mask(nk - j), ninf, fusor_fq_loadf(s + j)), mx);
+      const float bm = vs * fusor_fq_hmax(mx);
       const float mo = m[r], mn = mo > bm ? mo : bm;
       const float dm = mo - mn;
       const float alpha = @RESCALE(mo|mn|exp2f(dm))@;
-      const __m512 vmn = _mm512_set1_ps(mn);
-      __m512 ls = _mm512_setzero_ps();
-      for (int64_t j = 0; j < nk; j += 16) {
-        const __mmask16 k = nk - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (nk - j)) - 1u);
-        const __m512 e = _mm512_maskz_mov_ps(k, fusor_exp2f16(_mm512_fmsub_ps(_mm512_loadu_ps(s + j), vvs, vmn)));
-        _mm512_storeu_ps(s + j, e);
-        ls = _mm512_add_ps(ls, e);
+      const fusor_fq_v vmn = fusor_fq_set1(mn);
+      fusor_fq_v ls = fusor_fq_zero();
+      for (int64_t j = 0; j < nk; j += FUSOR_FQ_W) {
+        const fusor_fq_v e = fusor_fq_keep(fusor_fq_mask(nk - j), fusor_fq_exp2(fusor_fq_fms(fusor_fq_loadf(s + j), vvs, vmn)));
+        fusor_fq_storef(s + j, e);
+        ls = fusor_fq_add(ls, e);
       }
-      l[r] = l[r] * alpha + _mm512_reduce_add_ps(ls);
+      l[r] = l[r] * alpha + fusor_fq_hsum(ls);
       m[r] = mn;
       if (alpha != 1.0f)
         for (int64_t c = 0; c < Dv; ++c) o[r * ldo + c] *= alpha;
@@ -242,16 +241,77 @@ std::string expand(std::string s, const std::string& name, const std::function<s
   return s;
 }
 
+// The vocabulary on zmm registers: lane masks are mask registers, 16-bit storage widens in
+// the load (StorageLoad::load16), e^x is fusor_exp2f16.
+std::string zmm_vocabulary(const StorageLoad& ld) {
+  std::string s = "typedef __m512 fusor_fq_v;\ntypedef __mmask16 fusor_fq_m;\n#define FUSOR_FQ_W 16\n";
+  s += "#define FUSOR_FQ_INLINE static inline __attribute__((always_inline))\n";
+  s += "FUSOR_FQ_INLINE fusor_fq_m fusor_fq_mask(int64_t n) {\n"
+       "  return n >= 16 ? (__mmask16)0xFFFF : (n > 0 ? (__mmask16)((1u << n) - 1u) : (__mmask16)0);\n}\n";
+  s += "FUSOR_FQ_INLINE int fusor_fq_any(fusor_fq_m m) { return m != 0; }\n";
+  s += "FUSOR_FQ_INLINE fusor_fq_v fusor_fq_load(fusor_fq_m m, const fusor_fq_t* p) { return " + ld.load16("m", "p") +
+       "; }\n";
+  s += "#define fusor_fq_loadf _mm512_loadu_ps\n#define fusor_fq_storef _mm512_storeu_ps\n";
+  s += "#define fusor_fq_loadfm(m, p) _mm512_maskz_loadu_ps(m, p)\n";
+  s += "#define fusor_fq_storefm _mm512_mask_storeu_ps\n";
+  s += "#define fusor_fq_zero _mm512_setzero_ps\n#define fusor_fq_set1 _mm512_set1_ps\n";
+  s += "#define fusor_fq_fma _mm512_fmadd_ps\n#define fusor_fq_fms _mm512_fmsub_ps\n";
+  s += "#define fusor_fq_add _mm512_add_ps\n#define fusor_fq_max _mm512_max_ps\n";
+  s += "#define fusor_fq_hsum _mm512_reduce_add_ps\n#define fusor_fq_hmax _mm512_reduce_max_ps\n";
+  s += "#define fusor_fq_blend _mm512_mask_blend_ps /* (m, a, b): b where m, else a */\n";
+  s += "#define fusor_fq_keep _mm512_maskz_mov_ps  /* (m, v): v where m, else 0 */\n";
+  return s + "#define fusor_fq_exp2 fusor_exp2f16\n";
+}
+
+// The same on ymm registers (AVX2 + FMA; F16C, which every AVX2 core has, for f16): a lane
+// mask is the count of lanes it keeps, turned into a vector mask only at a partial vector,
+// and 16-bit elements of a partial vector go through a zeroed copy (AVX2 has no 16-bit masked
+// load). e^x is fusor_exp2f8.
+std::string ymm_vocabulary(const StorageLoad& ld) {
+  std::string s = "typedef __m256 fusor_fq_v;\ntypedef int fusor_fq_m;\n#define FUSOR_FQ_W 8\n";
+  s += "#define FUSOR_FQ_INLINE static inline __attribute__((always_inline))\n";
+  s += "FUSOR_FQ_INLINE fusor_fq_m fusor_fq_mask(int64_t n) { return n >= 8 ? 8 : (n > 0 ? (int)n : 0); }\n";
+  s += "FUSOR_FQ_INLINE int fusor_fq_any(fusor_fq_m m) { return m != 0; }\n";
+  s += "FUSOR_FQ_INLINE __m256i fusor_fq_lanes(fusor_fq_m m) {\n"
+       "  return _mm256_cmpgt_epi32(_mm256_set1_epi32(m), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));\n}\n";
+  s += "#define fusor_fq_loadf _mm256_loadu_ps\n#define fusor_fq_storef _mm256_storeu_ps\n";
+  s += "FUSOR_FQ_INLINE fusor_fq_v fusor_fq_loadfm(fusor_fq_m m, const float* p) {\n"
+       "  return m == 8 ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, fusor_fq_lanes(m));\n}\n";
+  s += "FUSOR_FQ_INLINE void fusor_fq_storefm(float* p, fusor_fq_m m, fusor_fq_v v) {\n"
+       "  if (m == 8) _mm256_storeu_ps(p, v);\n  else _mm256_maskstore_ps(p, fusor_fq_lanes(m), v);\n}\n";
+  if (ld.dtype == DType::f32) {
+    s += "#define fusor_fq_load fusor_fq_loadfm\n";
+  } else {
+    s += "FUSOR_FQ_INLINE fusor_fq_v fusor_fq_load(fusor_fq_m m, const fusor_fq_t* p) {\n";
+    s += "  if (m == 8) return " + ld.load8("p") + ";\n";
+    s += "  fusor_fq_t t[8] = {0};\n  memcpy(t, p, sizeof(fusor_fq_t) * (size_t)m);\n";
+    s += "  return " + ld.load8("t") + ";\n}\n";
+  }
+  s += "#define fusor_fq_zero _mm256_setzero_ps\n#define fusor_fq_set1 _mm256_set1_ps\n";
+  s += "#define fusor_fq_fma _mm256_fmadd_ps\n#define fusor_fq_fms _mm256_fmsub_ps\n";
+  s += "#define fusor_fq_add _mm256_add_ps\n#define fusor_fq_max _mm256_max_ps\n";
+  s += "FUSOR_FQ_INLINE float fusor_fq_hsum(fusor_fq_v v) {\n"
+       "  __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));\n"
+       "  h = _mm_add_ps(h, _mm_movehl_ps(h, h));\n  return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));\n}\n";
+  s += "FUSOR_FQ_INLINE float fusor_fq_hmax(fusor_fq_v v) {\n"
+       "  __m128 h = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));\n"
+       "  h = _mm_max_ps(h, _mm_movehl_ps(h, h));\n  return _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));\n}\n";
+  s += "FUSOR_FQ_INLINE fusor_fq_v fusor_fq_blend(fusor_fq_m m, fusor_fq_v a, fusor_fq_v b) {\n"
+       "  return m == 8 ? b : _mm256_blendv_ps(a, b, _mm256_castsi256_ps(fusor_fq_lanes(m)));\n}\n";
+  s += "FUSOR_FQ_INLINE fusor_fq_v fusor_fq_keep(fusor_fq_m m, fusor_fq_v v) {\n"
+       "  return m == 8 ? v : _mm256_and_ps(v, _mm256_castsi256_ps(fusor_fq_lanes(m)));\n}\n";
+  return s + "#define fusor_fq_exp2 fusor_exp2f8\n";
+}
+
 } // namespace
 
 bool attention_reads_few_queries(const AttentionRegion& r, const Tuning& tuning) {
-  return tuning.fq > 0 && !tuning.amx && !tuning.avx2 && !r.k_transposed() && attention_softmax_in_base2(r);
+  return tuning.fq > 0 && !tuning.amx && !r.k_transposed() && attention_softmax_in_base2(r);
 }
 
-std::string attention_few_queries_source(const StorageLoad& ld) {
-  // The storage's element type and its widening loads (f32 as is; bf16 and f16 exactly).
+std::string attention_few_queries_source(const StorageLoad& ld, bool avx2) {
   std::string s = "typedef " + ld.type + " fusor_fq_t;\n";
-  s += "static inline __m512 fusor_fq_load(__mmask16 m, const fusor_fq_t* p) { return " + ld.load16("m", "p") + "; }\n";
+  s += avx2 ? ymm_vocabulary(ld) : zmm_vocabulary(ld);
   s += "static inline float fusor_fq_elem(const fusor_fq_t* p, int64_t i) { return " + ld.load("p", "i") + "; }\n";
   s += kFewQueries;
   // The op table's softmax factor 1/s, as the flash loop renders it; its rescale rule.

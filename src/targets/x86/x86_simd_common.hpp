@@ -92,6 +92,13 @@ struct StorageLoad {
     if (dtype == DType::f16) return "_mm512_cvtph_ps(" + h + ")";
     return "_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(" + h + "), 16))"; // bf16: the top half
   }
+  // The 8 elements at `ptr` as one __m256 (AVX2; F16C for f16).
+  std::string load8(const std::string& ptr) const {
+    if (dtype == DType::f32) return "_mm256_loadu_ps(" + ptr + ")";
+    const std::string h = "_mm_loadu_si128((const __m128i*)(" + ptr + "))";
+    if (dtype == DType::f16) return "_mm256_cvtph_ps(" + h + ")";
+    return "_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(" + h + "), 16))";
+  }
 };
 
 // The MR x 32 micro-kernel `fusor_ukr(kc, a, b, c, ldc, cin, ldin)`: c[MR][32] (rows ldc floats
@@ -219,10 +226,11 @@ std::string attention_body(const AttentionRegion& region, const StorageLoad& ld,
 // its e^d as expf (x86_simd_attention.cpp).
 bool attention_softmax_in_base2(const AttentionRegion& region);
 // The few-query path (x86_simd_attention_few.cpp): whether a kernel has it (natural K, the
-// AVX-512 lane's zmm tiles, a base-2 softmax; any storage), its functions, and the kernel's first
-// statement, which takes calls with at most tuning.fq query rows per head.
+// zmm or ymm lane, not AMX; a base-2 softmax; any storage), its functions on zmm or (avx2) ymm
+// registers, and the kernel's first statement, which takes calls with at most tuning.fq query
+// rows per head.
 bool attention_reads_few_queries(const AttentionRegion& region, const Tuning& tuning);
-std::string attention_few_queries_source(const StorageLoad& ld);
+std::string attention_few_queries_source(const StorageLoad& ld, bool avx2);
 std::string attention_few_queries_dispatch(const AttentionRegion& region, const Tuning& tuning);
 // The x86_amx lane's attention pieces (x86_amx_attention.cpp), in attention_body's loops:
 // packing K (per KV head and 32-key panel), packing a 32-row query block, packing V of every

@@ -51,9 +51,9 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
     // Which tiles a knob belongs to. The AMX tile is 32 rows; `exact` and `overlap` are AMX's;
     // `stream` is the streaming kinds' and `bpf`, `ksub`, `epf`, `bfuse` and `bnext` the zmm
     // and ymm tiles' (AMX's packing prefetches its own way; its tiles sum in their own order
-    // and keep their own epilogue); `fq` is attention's few-query path, the zmm tiles' only.
+    // and keep their own epilogue); `fq` is attention's few-query path (zmm and ymm).
     enum class On { any, vector, amx };
-    // hi_avx2: the ymm tile's bound where it differs (6 rows; no few-query attention path).
+    // hi_avx2: the ymm tile's bound where it differs (6 rows).
     struct Knob {
       const char* name;
       int simd::Tuning::*field;
@@ -68,7 +68,7 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
         {"overlap", &simd::Tuning::overlap, 0, 1, On::amx},     {"stream", &simd::Tuning::stream, 0, 2, On::vector},
         {"bpf", &simd::Tuning::bpf, 0, 256, On::vector},        {"ksub", &simd::Tuning::ksub, 0, 1 << 16, On::vector},
         {"epf", &simd::Tuning::epf, 0, 1, On::vector},          {"bfuse", &simd::Tuning::bfuse, 0, 1, On::vector},
-        {"bnext", &simd::Tuning::bnext, 0, 1, On::vector},      {"fq", &simd::Tuning::fq, 0, 64, On::vector, 0}};
+        {"bnext", &simd::Tuning::bnext, 0, 1, On::vector},      {"fq", &simd::Tuning::fq, 0, 64, On::vector}};
     const Knob* knob = nullptr;
     std::string names;
     for (const Knob& k : kKnobs) {
@@ -244,10 +244,12 @@ Expected<KernelSource> emit_lane(const Region& region, const EmitOptions& option
   const bool vector_math = kind == RegionKind::pointwise || kind == RegionKind::norm_chain;
   if (!tuning.avx2 && (gemm_kind || kind == RegionKind::attention || vector_math))
     head += codegen::render_avx512_math_helpers(codegen::c99_avx512_dialect());
-  if (tuning.avx2 && vector_math) head += codegen::render_avx2_math_helpers(codegen::c99_avx2_dialect());
+  const auto* attention = std::get_if<AttentionRegion>(&region);
+  const bool few_queries = attention && simd::attention_reads_few_queries(*attention, tuning);
+  if (tuning.avx2 && (vector_math || few_queries))
+    head += codegen::render_avx2_math_helpers(codegen::c99_avx2_dialect());
   if (kind == RegionKind::attention) head += simd::attention_pv_source(tuning);
-  if (const auto* a = std::get_if<AttentionRegion>(&region); a && simd::attention_reads_few_queries(*a, tuning))
-    head += simd::attention_few_queries_source(ld);
+  if (few_queries) head += simd::attention_few_queries_source(ld, tuning.avx2);
   if (kind == RegionKind::pointwise || kind == RegionKind::pointwise_reduce) head += simd::pointwise_helpers();
   if (streaming) head += simd::stream_helpers(tuning.stream, tuning.avx2);
 

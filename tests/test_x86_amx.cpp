@@ -230,6 +230,19 @@ TEST(X86Amx, AttentionOracleAndShapes) {
   expect_matches_reference(negative, attention_dims(0, 2, 2, 29, 70, 48, 48), 21, 1.0);
 }
 
+// Decode steps (at most `fq` query rows per head) take the few-query path on zmm registers: a
+// row per 32-row tile would waste the rest (testing::expect_few_query_rows says what it covers).
+TEST(X86Amx, AttentionFewQueryRows) {
+  EmitOptions options; // emission needs no AMX on the host
+  auto src = amx_lane(RegionKind::attention)->emit(region_of("attention { scale = 0.125 }"), options);
+  ASSERT_TRUE(src.ok()) << src.error().str();
+  EXPECT_NE(src->source.find("if (M <= 8)"), std::string::npos);
+  EXPECT_NE(src->source.find("typedef __m512 fusor_fq_v;"), std::string::npos);
+  REQUIRE_AMX();
+  testing::expect_few_query_rows("x86_amx");
+  testing::expect_few_query_special_values("x86_amx");
+}
+
 // The tile work of a block step runs between the softmax chunks of the next (overlap=1, the
 // default) or after them (overlap=0): only the order of independent work changes, so the
 // outputs are the same bits. Shapes: one query block over several key blocks (P·V of a step

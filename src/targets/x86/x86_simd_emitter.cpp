@@ -51,7 +51,8 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
     // Which tiles a knob belongs to. The AMX tile is 32 rows; `exact` and `overlap` are AMX's;
     // `stream` is the streaming kinds' and `bpf`, `ksub`, `epf`, `bfuse` and `bnext` the zmm
     // and ymm tiles' (AMX's packing prefetches its own way; its tiles sum in their own order
-    // and keep their own epilogue); `fq` is attention's few-query path (zmm and ymm).
+    // and keep their own epilogue); `fq` is attention's few-query path, on zmm or ymm registers
+    // in all three lanes.
     enum class On { any, vector, amx };
     // hi_avx2: the ymm tile's bound where it differs (6 rows).
     struct Knob {
@@ -68,7 +69,7 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
         {"overlap", &simd::Tuning::overlap, 0, 1, On::amx},     {"stream", &simd::Tuning::stream, 0, 2, On::vector},
         {"bpf", &simd::Tuning::bpf, 0, 256, On::vector},        {"ksub", &simd::Tuning::ksub, 0, 1 << 16, On::vector},
         {"epf", &simd::Tuning::epf, 0, 1, On::vector},          {"bfuse", &simd::Tuning::bfuse, 0, 1, On::vector},
-        {"bnext", &simd::Tuning::bnext, 0, 1, On::vector},      {"fq", &simd::Tuning::fq, 0, 64, On::vector}};
+        {"bnext", &simd::Tuning::bnext, 0, 1, On::vector},      {"fq", &simd::Tuning::fq, 0, 64, On::any}};
     const Knob* knob = nullptr;
     std::string names;
     for (const Knob& k : kKnobs) {

@@ -478,6 +478,7 @@ struct AttentionCase {
   std::int64_t B = 2, H = 4, M = 0, Nk = 0, D = 0;
   bool causal = false;
   std::string name;
+  bool k_transposed = false; // K stored [D][Nk] per head (a transposed KV cache)
 };
 
 Result bench_attention(const AttentionCase& ac, const Options& opt) {
@@ -485,7 +486,8 @@ Result bench_attention(const AttentionCase& ac, const Options& opt) {
   const bool causal = ac.causal;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   const Region region =
-      parse("attention { scale = " + std::to_string(scale) + "; causal = " + (causal ? "true" : "false") + " }");
+      parse("attention { scale = " + std::to_string(scale) + "; causal = " + (causal ? "true" : "false") +
+            "; k_transposed = " + (ac.k_transposed ? "true" : "false") + " }");
   ProblemShape dims;
   dims.batch = B, dims.heads = H, dims.kv_heads = H, dims.M = M, dims.Nk = Nk, dims.D = D, dims.Dv = D;
   const auto operands = make_operands(region, dims, 11, 1.0);
@@ -538,8 +540,9 @@ Result bench_attention(const AttentionCase& ac, const Options& opt) {
   if (causal) po.append_binary(algorithm::binary_add, {{BH, M, Nk}, dt::f32, tag::abc});
   primitive_attr attr;
   attr.set_post_ops(po);
-  const memory::desc q_md{{BH, M, D}, dt::f32, tag::abc}, kt_md{{BH, D, Nk}, dt::f32, tag::acb},
-      s_md{{BH, M, Nk}, dt::f32, tag::abc}, v_md{{BH, Nk, D}, dt::f32, tag::abc};
+  const memory::desc q_md{{BH, M, D}, dt::f32, tag::abc},
+      kt_md{{BH, D, Nk}, dt::f32, ac.k_transposed ? tag::abc : tag::acb}, s_md{{BH, M, Nk}, dt::f32, tag::abc},
+      v_md{{BH, Nk, D}, dt::f32, tag::abc};
   matmul::primitive_desc pd1(matmul::desc(q_md, kt_md, s_md), attr, engine());
   matmul qk(pd1);
   softmax_forward::primitive_desc spd(softmax_forward::desc(prop_kind::forward_inference, s_md, 2), engine());
@@ -790,8 +793,10 @@ int run(const Options& opt) {
   for (const AttentionCase& ac : {square(32, 16, false), square(128, 64, false)})
     entries.push_back({"small", ac.name, [=, &opt] { return bench_attention(ac, opt); }});
   // Decode steps: one query row per head against a long KV cache.
-  for (const AttentionCase& ac : {AttentionCase{1, 32, 1, 2048, 128, false, "attention_decode_h32_n2048_d128"},
-                                  AttentionCase{1, 8, 1, 8192, 128, false, "attention_decode_h8_n8192_d128"}})
+  for (const AttentionCase& ac :
+       {AttentionCase{1, 32, 1, 2048, 128, false, "attention_decode_h32_n2048_d128"},
+        AttentionCase{1, 8, 1, 8192, 128, false, "attention_decode_h8_n8192_d128"},
+        AttentionCase{1, 32, 1, 2048, 128, false, "attention_decode_kt_h32_n2048_d128", true}})
     entries.push_back({"small", ac.name, [=, &opt] { return bench_attention(ac, opt); }});
   entries.push_back({"gated", "gated_silu_512x768x2048", [&] { return bench_gated(512, 768, 2048, opt); }});
   for (bool causal : {false, true})

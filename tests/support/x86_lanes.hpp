@@ -268,8 +268,8 @@ inline void expect_b_packed_by_first_tiles(std::string_view name) {
 // few-query path: the rows of every query head sharing a KV head together (GQA), K and V read
 // in place, the keys split across threads when the items are few and the splits' softmax
 // states merged. Every shape here has M <= 8: ragged D and Dv (partial vectors), one key, key
-// blocks (256) and splits, causal (a row per item), Q transposed, 16-bit storage, a negative
-// scale (which keeps the flash loop: its max rule differs). The path is in the kernels that can
+// blocks (256) and splits, causal (a row per item), Q or K transposed, 16-bit storage, a
+// negative scale (which keeps the flash loop: its max rule differs). The path is in the kernels that can
 // take it, behind its row bound, and nowhere else; the oracle verifies it.
 inline void expect_few_query_rows(std::string_view name) {
   const auto check = [&](const Region& region, const ProblemShape& dims, std::uint64_t seed,
@@ -289,6 +289,17 @@ inline void expect_few_query_rows(std::string_view name) {
     }
   }
   check(region_of("attention { scale = 0.3; q_transposed = true }"), attention_dims(1, 4, 2, 2, 500, 48), 44);
+  // K stored transposed: key chunks of one, two and four rows' items, keys past a chunk's end
+  // (3000, 257, 5: partial vectors), ragged D, GQA, causal, 16-bit.
+  for (const char* text : {"attention { scale = 0.125; k_transposed = true }",
+                           "attention { scale = 0.125; k_transposed = true; causal = true }",
+                           "attention { scale = 0.2; k_transposed = true; q_transposed = true; storage = bf16 }"}) {
+    const Region kt = region_of(text);
+    check(kt, attention_dims(0, 1, 1, 1, 3000, 64), 50);
+    check(kt, attention_dims(2, 8, 2, 3, 257, 17, 33), 51);
+    check(kt, attention_dims(1, 2, 1, 1, 5, 40), 52);
+    check(kt, attention_dims(1, 6, 3, 7, 700, 128), 53);
+  }
   check(region_of("attention { scale = -0.3 }"), attention_dims(0, 2, 2, 1, 600, 64), 45);
   // 16-bit K and V widen as they load (exactly: the reference rounds to storage first).
   for (const char* storage : {"bf16", "f16"})
@@ -308,13 +319,14 @@ inline void expect_few_query_rows(std::string_view name) {
   EXPECT_NE(source("attention { scale = 0.5 }", {}).find("if (M <= 8)"), std::string::npos);
   EXPECT_NE(source("attention { scale = 0.5 }", {{"fq", "9"}}).find("if (M <= 9)"), std::string::npos);
   EXPECT_EQ(source("attention { scale = 0.5 }", {{"fq", "0"}}).find("fusor_attention_few("), std::string::npos);
-  EXPECT_EQ(source("attention { scale = 0.5; k_transposed = true }", {}).find("fusor_attention_few("),
+  EXPECT_NE(source("attention { scale = 0.5; k_transposed = true }", {}).find("K stored transposed, [D][Nk]"),
             std::string::npos);
   EXPECT_NE(source("attention { scale = 0.5; storage = bf16 }", {}).find("fusor_attention_few("), std::string::npos);
   EXPECT_EQ(source("attention { scale = -0.5 }", {}).find("fusor_attention_few("), std::string::npos);
   expect_verified_on(name, region_of("attention { scale = 0.125 }"), {{"fq", "64"}});
   expect_verified_on(name, region_of("attention { scale = 0.125; causal = true }"), {{"fq", "64"}});
   expect_verified_on(name, region_of("attention { scale = 0.125; storage = f16 }"), {{"fq", "64"}});
+  expect_verified_on(name, region_of("attention { scale = 0.125; k_transposed = true }"), {{"fq", "64"}});
 }
 
 // NaN and infinities reach lane `name`'s few-query outputs as they reach its flash loop's: a

@@ -29,14 +29,20 @@ namespace {
 // V on zmm), 4 for more (8 would spill): medians of 8 alternating rounds on Zen 5 (H = 32, Nk =
 // 2048, D = 128; one / two rows per item) 1.64 / 0.79 ms against 1.82 / 0.82 with 4 on zmm,
 // 1.70 / 0.85 against 1.78 / 1.06 on ymm.
-const char* kFewQueries = R"(#define FUSOR_FQ_ROWS 4   /* query rows an item reads K and V for */
+const char* kFewQueriesHead = R"(#define FUSOR_FQ_ROWS 4   /* query rows an item reads K and V for */
 #define FUSOR_FQ_KB 256    /* keys per online-softmax step */
 #define FUSOR_FQ_AHEAD 8   /* K and V rows prefetched this many keys ahead */
 #define FUSOR_FQ_LINE (64 / (int64_t)sizeof(fusor_fq_t)) /* elements per cache line */
 #define FUSOR_FQ_NV(R) ((R) <= 2 ? 8 : 4) /* vectors per P·V column chunk of R rows */
-/* sc[r][j] = q_r . k_(n0 + j) for j < nk: every K row is read once for the item's R rows. */
+)";
+
+const char* kScoresNatural =
+    R"(/* sc[r][j] = q_r . k_(n0 + j) for j < nk, K [Nk][D] (kh: the head's): every K row is read once
+   for the item's R rows. */
 static inline __attribute__((always_inline)) void fusor_fq_scores_rows(const int R, const float* restrict qb,
-    int64_t Dq, const fusor_fq_t* restrict kb, int64_t D, int64_t nk, float* restrict sc) {
+    int64_t Dq, const fusor_fq_t* restrict kh, int64_t n0, int64_t Nk, int64_t D, int64_t nk, float* restrict sc) {
+  const fusor_fq_t* restrict kb = kh + n0 * D;
+  (void)Nk;
   const fusor_fq_m all = fusor_fq_mask(FUSOR_FQ_W), kt = fusor_fq_mask(D % FUSOR_FQ_W);
   for (int64_t j = 0; j < nk; ++j) {
     const fusor_fq_t* restrict kj = kb + j * D;
@@ -59,7 +65,55 @@ static inline __attribute__((always_inline)) void fusor_fq_scores_rows(const int
     for (int r = 0; r < R; ++r) sc[r * FUSOR_FQ_KB + j] = fusor_fq_hsum(acc[r]);
   }
 }
-/* o[r][c0, c0 + NV * W) += sum_j p[r][j] v_j over the block's nk keys, for every column chunk. */
+)";
+
+const char* kScoresTransposed =
+    R"(/* The same with K stored transposed, [D][Nk] (kh: the head's): a chunk of NV vectors of keys
+   at a time, every score of the chunk in registers over all of D; each of D's rows of K brings
+   the next chunk's part of that row toward L1 while the chunk reads its own (D rows are D
+   streams, more than the hardware prefetchers follow). */
+static inline __attribute__((always_inline)) void fusor_fq_scores_rows(const int R, const float* restrict qb,
+    int64_t Dq, const fusor_fq_t* restrict kh, int64_t n0, int64_t Nk, int64_t D, int64_t nk, float* restrict sc) {
+  const int NV = FUSOR_FQ_NV(R);
+  const fusor_fq_t* restrict kb = kh + n0;
+  (void)Dq;
+  for (int64_t j0 = 0; j0 < nk; j0 += NV * FUSOR_FQ_W) {
+    fusor_fq_m mk[8];
+    #pragma GCC unroll 8
+    for (int q = 0; q < NV; ++q) mk[q] = fusor_fq_mask(nk - j0 - FUSOR_FQ_W * q);
+    fusor_fq_v acc[FUSOR_FQ_ROWS][8];
+    #pragma GCC unroll 4
+    for (int r = 0; r < R; ++r)
+      #pragma GCC unroll 8
+      for (int q = 0; q < NV; ++q) acc[r][q] = fusor_fq_zero();
+    for (int64_t c = 0; c < D; ++c) {
+      const fusor_fq_t* restrict kc = kb + c * Nk + j0;
+      fusor_fq_v kv[8];
+      #pragma GCC unroll 8
+      for (int q = 0; q < NV; ++q) {
+        if (FUSOR_FQ_W * q % FUSOR_FQ_LINE == 0)
+          _mm_prefetch((const char*)(kc + NV * FUSOR_FQ_W + FUSOR_FQ_W * q), _MM_HINT_T0);
+        kv[q] = fusor_fq_load(mk[q], kc + FUSOR_FQ_W * q);
+      }
+      #pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const fusor_fq_v qc = fusor_fq_set1(qb[r * Dq + c]);
+        #pragma GCC unroll 8
+        for (int q = 0; q < NV; ++q) acc[r][q] = fusor_fq_fma(qc, kv[q], acc[r][q]);
+      }
+    }
+    /* Whole vectors: sc rows hold FUSOR_FQ_KB floats, a multiple of a chunk; lanes past nk are
+       zero and the softmax masks them. */
+    #pragma GCC unroll 4
+    for (int r = 0; r < R; ++r)
+      #pragma GCC unroll 8
+      for (int q = 0; q < NV; ++q) fusor_fq_storef(sc + r * FUSOR_FQ_KB + j0 + FUSOR_FQ_W * q, acc[r][q]);
+  }
+}
+)";
+
+const char* kFewQueries =
+    R"(/* o[r][c0, c0 + NV * W) += sum_j p[r][j] v_j over the block's nk keys, for every column chunk. */
 static inline __attribute__((always_inline)) void fusor_fq_pv_rows(const int R, const float* restrict sc,
     const fusor_fq_t* restrict vb, int64_t Dv, int64_t nk, float* restrict o, int64_t ldo) {
   const int NV = FUSOR_FQ_NV(R);
@@ -97,8 +151,8 @@ static inline __attribute__((always_inline)) void fusor_fq_pv_rows(const int R, 
 /* Keys [n_lo, n_hi) of one KV head for R query rows (qb: [R][Dq], zero past D): the rows'
    unnormalised outputs o[R][ldo], running maxima m (base 2) and sums l. */
 static inline __attribute__((always_inline)) void fusor_fq_rows(const int R, const float* restrict qb, int64_t Dq,
-    const fusor_fq_t* restrict kh, const fusor_fq_t* restrict vh, int64_t n_lo, int64_t n_hi, int64_t D, int64_t Dv,
-    float vs, float* restrict sc, float* restrict o, int64_t ldo, float* restrict m, float* restrict l) {
+    const fusor_fq_t* restrict kh, const fusor_fq_t* restrict vh, int64_t n_lo, int64_t n_hi, int64_t Nk, int64_t D,
+    int64_t Dv, float vs, float* restrict sc, float* restrict o, int64_t ldo, float* restrict m, float* restrict l) {
   for (int r = 0; r < R; ++r) {
     m[r] = -INFINITY;
     l[r] = 0.0f;
@@ -107,7 +161,7 @@ static inline __attribute__((always_inline)) void fusor_fq_rows(const int R, con
   const fusor_fq_v vvs = fusor_fq_set1(vs), ninf = fusor_fq_set1(-INFINITY);
   for (int64_t n0 = n_lo; n0 < n_hi; n0 += FUSOR_FQ_KB) {
     const int64_t nk = n_hi - n0 < FUSOR_FQ_KB ? n_hi - n0 : FUSOR_FQ_KB;
-    fusor_fq_scores_rows(R, qb, Dq, kh + n0 * D, D, nk, sc);
+    fusor_fq_scores_rows(R, qb, Dq, kh, n0, Nk, D, nk, sc);
     for (int r = 0; r < R; ++r) {
       float* restrict s = sc + r * FUSOR_FQ_KB; /* whole vectors up to FUSOR_FQ_KB: no load faults */
       fusor_fq_v mx = ninf;
@@ -134,13 +188,13 @@ static inline __attribute__((always_inline)) void fusor_fq_rows(const int R, con
 }
 /* fusor_fq_rows with R a constant: the row loops unroll and the accumulators stay in registers. */
 static void fusor_fq_item(int R, const float* restrict qb, int64_t Dq, const fusor_fq_t* restrict kh,
-                          const fusor_fq_t* restrict vh, int64_t n_lo, int64_t n_hi, int64_t D, int64_t Dv, float vs,
+                          const fusor_fq_t* restrict vh, int64_t n_lo, int64_t n_hi, int64_t Nk, int64_t D, int64_t Dv, float vs,
                           float* restrict sc, float* restrict o, int64_t ldo, float* restrict m, float* restrict l) {
   switch (R) {
-  case 4: fusor_fq_rows(4, qb, Dq, kh, vh, n_lo, n_hi, D, Dv, vs, sc, o, ldo, m, l); break;
-  case 3: fusor_fq_rows(3, qb, Dq, kh, vh, n_lo, n_hi, D, Dv, vs, sc, o, ldo, m, l); break;
-  case 2: fusor_fq_rows(2, qb, Dq, kh, vh, n_lo, n_hi, D, Dv, vs, sc, o, ldo, m, l); break;
-  default: fusor_fq_rows(1, qb, Dq, kh, vh, n_lo, n_hi, D, Dv, vs, sc, o, ldo, m, l); break;
+  case 4: fusor_fq_rows(4, qb, Dq, kh, vh, n_lo, n_hi, Nk, D, Dv, vs, sc, o, ldo, m, l); break;
+  case 3: fusor_fq_rows(3, qb, Dq, kh, vh, n_lo, n_hi, Nk, D, Dv, vs, sc, o, ldo, m, l); break;
+  case 2: fusor_fq_rows(2, qb, Dq, kh, vh, n_lo, n_hi, Nk, D, Dv, vs, sc, o, ldo, m, l); break;
+  default: fusor_fq_rows(1, qb, Dq, kh, vh, n_lo, n_hi, Nk, D, Dv, vs, sc, o, ldo, m, l); break;
   }
 }
 /* The whole call: items (KV head, group of R rows, key split); with several splits a second
@@ -194,7 +248,7 @@ static int fusor_attention_few(const fusor_fq_t* restrict Q, const fusor_fq_t* r
       }
       const int64_t n_lo = split * nks, n_hi = n_lo + nks < lim ? n_lo + nks : lim;
       float* restrict o = part ? part + it * pstride : ob;
-      fusor_fq_item(rn, qb, Dq, K + kvh * Nk * D, V + kvh * Nk * Dv, n_lo, n_hi, D, Dv, vs, sc, o, Dv,
+      fusor_fq_item(rn, qb, Dq, K + kvh * Nk * D, V + kvh * Nk * Dv, n_lo, n_hi, Nk, D, Dv, vs, sc, o, Dv,
                     o + R * Dv, o + R * Dv + R);
       if (part) continue;
       for (int r = 0; r < rn; ++r) {
@@ -311,13 +365,16 @@ std::string ymm_vocabulary(const StorageLoad& ld) {
 } // namespace
 
 bool attention_reads_few_queries(const AttentionRegion& r, const Tuning& tuning) {
-  return tuning.fq > 0 && !r.k_transposed() && attention_softmax_in_base2(r);
+  return tuning.fq > 0 && attention_softmax_in_base2(r);
 }
 
-std::string attention_few_queries_source(const StorageLoad& ld, bool avx2) {
+std::string attention_few_queries_source(const AttentionRegion& r, const StorageLoad& ld, bool avx2) {
+  const bool k_transposed = r.k_transposed();
   std::string s = "typedef " + ld.type + " fusor_fq_t;\n";
   s += avx2 ? ymm_vocabulary(ld) : zmm_vocabulary(ld);
   s += "static inline float fusor_fq_elem(const fusor_fq_t* p, int64_t i) { return " + ld.load("p", "i") + "; }\n";
+  s += kFewQueriesHead;
+  s += k_transposed ? kScoresTransposed : kScoresNatural;
   s += kFewQueries;
   // The op table's softmax factor 1/s, as the flash loop renders it; its rescale rule.
   s = expand(s, "FACTOR", [](const std::string& sum) {

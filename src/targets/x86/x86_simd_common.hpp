@@ -225,12 +225,12 @@ std::string attention_body(const AttentionRegion& region, const StorageLoad& ld,
 // Whether attention's softmax runs as 2^(s·scale·log2 e - m): scale > 0 and the op table spells
 // its e^d as expf (x86_simd_attention.cpp).
 bool attention_softmax_in_base2(const AttentionRegion& region);
-// The few-query path (x86_simd_attention_few.cpp): whether a kernel has it (natural K, a
-// base-2 softmax; any lane and storage), its functions on zmm or (avx2) ymm registers, and the
+// The few-query path (x86_simd_attention_few.cpp): whether a kernel has it (a base-2 softmax;
+// any lane, storage and K layout), its functions on zmm or (avx2) ymm registers, and the
 // kernel's first statement, which takes calls with at most tuning.fq query
 // rows per head.
 bool attention_reads_few_queries(const AttentionRegion& region, const Tuning& tuning);
-std::string attention_few_queries_source(const StorageLoad& ld, bool avx2);
+std::string attention_few_queries_source(const AttentionRegion& region, const StorageLoad& ld, bool avx2);
 std::string attention_few_queries_dispatch(const AttentionRegion& region, const Tuning& tuning);
 // The x86_amx lane's attention pieces (x86_amx_attention.cpp), in attention_body's loops:
 // packing K (per KV head and 32-key panel), packing a 32-row query block, packing V of every

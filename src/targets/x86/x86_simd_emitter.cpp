@@ -250,7 +250,7 @@ Expected<KernelSource> emit_lane(const Region& region, const EmitOptions& option
   if (tuning.avx2 && (vector_math || few_queries))
     head += codegen::render_avx2_math_helpers(codegen::c99_avx2_dialect());
   if (kind == RegionKind::attention) head += simd::attention_pv_source(tuning);
-  if (few_queries) head += simd::attention_few_queries_source(ld, tuning.avx2);
+  if (few_queries) head += simd::attention_few_queries_source(*attention, ld, tuning.avx2);
   if (kind == RegionKind::pointwise || kind == RegionKind::pointwise_reduce) head += simd::pointwise_helpers();
   if (streaming) head += simd::stream_helpers(tuning.stream, tuning.avx2);
 

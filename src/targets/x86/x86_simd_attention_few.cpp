@@ -7,11 +7,12 @@
 // shares a KV head (grouped-query attention included) are taken together, up to
 // FUSOR_FQ_ROWS at a time, and K and V are read in place, once per such group (16-bit
 // elements widen as they load): a score is a dot product over D (a vector's lanes, then a
-// horizontal sum), P·V a register tile of a few vectors' columns over the block's keys. The
-// work is then bound by memory, not by the arithmetic. When the (KV head, row group) items
-// would leave threads idle, the keys are split too and the splits' partial softmax states
-// merged (the flash-decoding scheme). The online softmax is the main loop's: the same max
-// rule (a NaN score never becomes the max), 2^(s·scale·log2 e - m), the same rescale.
+// horizontal sum; with K stored transposed, a chunk of keys' scores in registers over D),
+// P·V a register tile of a few vectors' columns over the block's keys. The work is then
+// bound by memory, not by the arithmetic. When the (KV head, row group) items would leave
+// threads idle, the keys are split too and the splits' partial softmax states merged (the
+// flash-decoding scheme). The online softmax is the main loop's: the same max rule (a NaN
+// score never becomes the max), 2^(s·scale·log2 e - m), the same rescale.
 #include <functional>
 #include <string>
 
@@ -76,7 +77,6 @@ static inline __attribute__((always_inline)) void fusor_fq_scores_rows(const int
     int64_t Dq, const fusor_fq_t* restrict kh, int64_t n0, int64_t Nk, int64_t D, int64_t nk, float* restrict sc) {
   const int NV = FUSOR_FQ_NV(R);
   const fusor_fq_t* restrict kb = kh + n0;
-  (void)Dq;
   for (int64_t j0 = 0; j0 < nk; j0 += NV * FUSOR_FQ_W) {
     fusor_fq_m mk[8];
     #pragma GCC unroll 8
@@ -227,7 +227,8 @@ static int fusor_attention_few(const fusor_fq_t* restrict Q, const fusor_fq_t* r
   {
     float* qb = (float*)fusor_scratch(5, sizeof(float) * (size_t)(R * Dq));
     float* sc = (float*)fusor_scratch(7, sizeof(float) * (size_t)(R * FUSOR_FQ_KB));
-    float* ob = (float*)fusor_scratch(6, sizeof(float) * (size_t)pstride);
+    /* An item's output rows, maxima and sums: in `part` when keys are split, else here. */
+    float* ob = part ? part : (float*)fusor_scratch(6, sizeof(float) * (size_t)pstride);
     if (!(qb && sc && ob)) {
       #pragma omp atomic write
       failed = 1;

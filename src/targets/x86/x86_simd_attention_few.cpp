@@ -35,6 +35,26 @@ const char* kFewQueriesHead = R"(#define FUSOR_FQ_ROWS 4   /* query rows an item
 #define FUSOR_FQ_AHEAD 8   /* K and V rows prefetched this many keys ahead */
 #define FUSOR_FQ_LINE (64 / (int64_t)sizeof(fusor_fq_t)) /* elements per cache line */
 #define FUSOR_FQ_NV(R) ((R) <= 2 ? 8 : 4) /* vectors per P·V column chunk of R rows */
+/* acc[r][q] += s[r * ss] * x[q] for R rows, x the NV vectors at p (lanes mk[q]), whose lines
+   at pf are brought toward L1 on the way: both products' register tiles (P·V over a key, K
+   transposed over a D row). */
+static inline __attribute__((always_inline)) void fusor_fq_rank1(const int R, const int NV,
+    const fusor_fq_t* restrict p, const fusor_fq_m* mk, const fusor_fq_t* pf, const float* restrict s, int64_t ss,
+    fusor_fq_v acc[][8]) {
+  fusor_fq_v x[8];
+  #pragma GCC unroll 8
+  for (int q = 0; q < NV; ++q) {
+    if (fusor_fq_any(mk[q]) && FUSOR_FQ_W * q % FUSOR_FQ_LINE == 0)
+      _mm_prefetch((const char*)(pf + FUSOR_FQ_W * q), _MM_HINT_T0);
+    x[q] = fusor_fq_load(mk[q], p + FUSOR_FQ_W * q);
+  }
+  #pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    const fusor_fq_v sr = fusor_fq_set1(s[r * ss]);
+    #pragma GCC unroll 8
+    for (int q = 0; q < NV; ++q) acc[r][q] = fusor_fq_fma(sr, x[q], acc[r][q]);
+  }
+}
 )";
 
 const char* kScoresNatural =
@@ -88,19 +108,7 @@ static inline __attribute__((always_inline)) void fusor_fq_scores_rows(const int
       for (int q = 0; q < NV; ++q) acc[r][q] = fusor_fq_zero();
     for (int64_t c = 0; c < D; ++c) {
       const fusor_fq_t* restrict kc = kb + c * Nk + j0;
-      fusor_fq_v kv[8];
-      #pragma GCC unroll 8
-      for (int q = 0; q < NV; ++q) {
-        if (FUSOR_FQ_W * q % FUSOR_FQ_LINE == 0)
-          _mm_prefetch((const char*)(kc + NV * FUSOR_FQ_W + FUSOR_FQ_W * q), _MM_HINT_T0);
-        kv[q] = fusor_fq_load(mk[q], kc + FUSOR_FQ_W * q);
-      }
-      #pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) {
-        const fusor_fq_v qc = fusor_fq_set1(qb[r * Dq + c]);
-        #pragma GCC unroll 8
-        for (int q = 0; q < NV; ++q) acc[r][q] = fusor_fq_fma(qc, kv[q], acc[r][q]);
-      }
+      fusor_fq_rank1(R, NV, kc, mk, kc + NV * FUSOR_FQ_W, qb + c, Dq, acc);
     }
     /* Whole vectors: sc rows hold FUSOR_FQ_KB floats, a multiple of a chunk; lanes past nk are
        zero and the softmax masks them. */
@@ -128,19 +136,7 @@ static inline __attribute__((always_inline)) void fusor_fq_pv_rows(const int R, 
       for (int q = 0; q < NV; ++q) acc[r][q] = fusor_fq_loadfm(mk[q], o + r * ldo + c0 + FUSOR_FQ_W * q);
     for (int64_t j = 0; j < nk; ++j) {
       const fusor_fq_t* restrict vj = vb + j * Dv + c0;
-      fusor_fq_v vv[8];
-      #pragma GCC unroll 8
-      for (int q = 0; q < NV; ++q) {
-        if (fusor_fq_any(mk[q]) && FUSOR_FQ_W * q % FUSOR_FQ_LINE == 0)
-          _mm_prefetch((const char*)(vj + FUSOR_FQ_AHEAD * Dv + FUSOR_FQ_W * q), _MM_HINT_T0);
-        vv[q] = fusor_fq_load(mk[q], vj + FUSOR_FQ_W * q);
-      }
-      #pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) {
-        const fusor_fq_v pb = fusor_fq_set1(sc[r * FUSOR_FQ_KB + j]);
-        #pragma GCC unroll 8
-        for (int q = 0; q < NV; ++q) acc[r][q] = fusor_fq_fma(pb, vv[q], acc[r][q]);
-      }
+      fusor_fq_rank1(R, NV, vj, mk, vj + FUSOR_FQ_AHEAD * Dv, sc + j, FUSOR_FQ_KB, acc);
     }
     #pragma GCC unroll 4
     for (int r = 0; r < R; ++r)

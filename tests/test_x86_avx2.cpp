@@ -251,12 +251,8 @@ TEST(X86Avx2, AttentionMaskedValuesNeverLeak) {
       for (std::int64_t c = 0; c < 16; ++c) operands[2].data[n * 16 + c] = NAN;
     auto ref = evaluate_reference(region, operands);
     ASSERT_TRUE(ref.ok()) << ref.error().str();
-    ExecuteOptions o;
-    o.candidate = avx2_lane(RegionKind::attention);
-    o.emit.options = knob;
-    o.emit.options["serial"] = "0";
-    o.reference_fallback = false;
-    auto out = execute_on_target(x86(), region, operands, o);
+    auto out =
+        execute_on_target(x86(), region, operands, testing::lane_options_on("x86_avx2", RegionKind::attention, knob));
     ASSERT_TRUE(out.ok()) << out.error().str();
     EXPECT_TRUE(testing::all_close(out->output, *ref));
     for (std::int64_t i = 0; i < m; ++i)

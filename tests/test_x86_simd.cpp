@@ -39,12 +39,7 @@ const Candidate* lane(RegionKind kind) { return testing::x86_candidate(kind, "x8
 // default `serial` threshold would keep the tests' small shapes on one thread, and the row
 // and panel splits untested); the oracle runs (expect_verified) keep the default.
 ExecuteOptions lane_options(RegionKind kind, std::map<std::string, std::string> knobs = {}) {
-  ExecuteOptions o;
-  o.candidate = lane(kind);
-  knobs.try_emplace("serial", "0");
-  o.emit.options = std::move(knobs);
-  o.reference_fallback = false;
-  return o;
+  return testing::lane_options_on("x86_avx512", kind, std::move(knobs));
 }
 
 void expect_matches_reference(const Region& region, const ProblemShape& dims, std::uint64_t seed, double scale,

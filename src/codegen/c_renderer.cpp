@@ -257,9 +257,19 @@ const CDialect& c99_avx2_dialect() {
 std::string render_avx2_math_helpers(const CDialect& dialect) {
   const std::string p(dialect.helper_prefix);
   // fusor_expf16 in AVX2: no vscalefps, so 2^n goes into the exponent field in two halves
-  // (n up to 128: e^89 must overflow to inf, not wrap), and below -87.3 an and-mask makes the
-  // result 0. NaN: vminps passes it through, q is NaN and so is the product.
-  return p +
+  // (fusor_scale2n8: n up to 128, e^89 must overflow to inf, not wrap), and below -87.3 an
+  // and-mask makes the result 0. NaN: vminps passes it through, q is NaN and so is the product.
+  return "/* q * 2^n for integral n in two exponent-field halves (n = 128 gives inf, not a wrap); what\n"
+         "   falls outside a caller's range is masked by the caller. */\n" +
+         p +
+         " __m256 fusor_scale2n8(__m256 q, __m256 n) {\n"
+         "  const __m256i j = _mm256_cvtps_epi32(n), h = _mm256_srai_epi32(j, 1), bias = _mm256_set1_epi32(127);\n"
+         "  const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(h, bias), 23));\n"
+         "  const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(j, h), bias), "
+         "23));\n"
+         "  return _mm256_mul_ps(_mm256_mul_ps(q, s1), s2);\n"
+         "}\n" +
+         p +
          " __m256 fusor_expf8(__m256 x) {\n"
          "  const __m256 xc = _mm256_min_ps(_mm256_set1_ps(89.0f), x);\n"
          "  const __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),\n"
@@ -267,28 +277,18 @@ std::string render_avx2_math_helpers(const CDialect& dialect) {
          "  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), xc);\n"
          "  r = _mm256_fmadd_ps(n, _mm256_set1_ps(2.12194440e-4f), r);\n" +
          horner("q", "r", kExpHorner, 8) +
-         "  const __m256i j = _mm256_cvtps_epi32(n), h = _mm256_srai_epi32(j, 1), bias = _mm256_set1_epi32(127);\n"
-         "  const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(h, bias), 23));\n"
-         "  const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(j, h), bias), "
-         "23));\n"
-         "  return _mm256_and_ps(_mm256_mul_ps(_mm256_mul_ps(q, s1), s2),\n"
-         "                       _mm256_cmp_ps(x, _mm256_set1_ps(-87.3f), _CMP_NLT_UQ));\n"
+         "  return _mm256_and_ps(fusor_scale2n8(q, n), _mm256_cmp_ps(x, _mm256_set1_ps(-87.3f), _CMP_NLT_UQ));\n"
          "}\n"
-         "/* fusor_exp2f16 in AVX2: r = x - floor(x) (exact) and the same polynomial; 2^floor(x) in two\n"
-         "   exponent-field halves as above, x clamped to [-126, 128] first so no product is denormal\n"
-         "   (below -126 the and-mask makes the result 0) and 2^128 overflows to inf. NaN: the clamps\n"
-         "   pass it through (vminps/vmaxps return their second operand), r and q are NaN. */\n" +
+         "/* fusor_exp2f16 in AVX2: r = x - floor(x) (exact) and the same polynomial; 2^floor(x) by\n"
+         "   fusor_scale2n8 with x clamped to [-126, 128] first, so no product is denormal (below -126\n"
+         "   the and-mask makes the result 0) and 2^128 overflows to inf. NaN: the clamps pass it\n"
+         "   through (vminps/vmaxps return their second operand), r and q are NaN. */\n" +
          p +
          " __m256 fusor_exp2f8(__m256 x) {\n"
          "  const __m256 xc = _mm256_max_ps(_mm256_set1_ps(-126.0f), _mm256_min_ps(_mm256_set1_ps(128.0f), x));\n"
          "  const __m256 n = _mm256_floor_ps(xc), r = _mm256_sub_ps(xc, n);\n" +
          horner("q", "r", kExp2Horner, 8) +
-         "  const __m256i j = _mm256_cvtps_epi32(n), h = _mm256_srai_epi32(j, 1), bias = _mm256_set1_epi32(127);\n"
-         "  const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(h, bias), 23));\n"
-         "  const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(j, h), bias), "
-         "23));\n"
-         "  return _mm256_and_ps(_mm256_mul_ps(_mm256_mul_ps(q, s1), s2),\n"
-         "                       _mm256_cmp_ps(x, _mm256_set1_ps(-126.0f), _CMP_NLT_UQ));\n"
+         "  return _mm256_and_ps(fusor_scale2n8(q, n), _mm256_cmp_ps(x, _mm256_set1_ps(-126.0f), _CMP_NLT_UQ));\n"
          "}\n"
          "/* tanh and erf as fusor_tanhf/fusor_erff (the same polynomials and exponentials), both\n"
          "   branches computed and blended; the large-|x| branch takes x's sign, so tanh/erf(-0) = -0\n"

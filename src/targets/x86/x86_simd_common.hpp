@@ -227,8 +227,7 @@ std::string attention_body(const AttentionRegion& region, const StorageLoad& ld,
 bool attention_softmax_in_base2(const AttentionRegion& region);
 // The few-query path (x86_simd_attention_few.cpp): whether a kernel has it (a base-2 softmax;
 // any lane, storage and K layout), its functions on zmm or (avx2) ymm registers, and the
-// kernel's first statement, which takes calls with at most tuning.fq query
-// rows per head.
+// kernel's first statement, which takes calls with at most tuning.fq query rows per head.
 bool attention_reads_few_queries(const AttentionRegion& region, const Tuning& tuning);
 std::string attention_few_queries_source(const AttentionRegion& region, const StorageLoad& ld, bool avx2);
 std::string attention_few_queries_dispatch(const AttentionRegion& region, const Tuning& tuning);

@@ -35,6 +35,11 @@ const char* kFewQueriesHead = R"(#define FUSOR_FQ_ROWS 4   /* query rows an item
 #define FUSOR_FQ_AHEAD 8   /* K and V rows prefetched this many keys ahead */
 #define FUSOR_FQ_LINE (64 / (int64_t)sizeof(fusor_fq_t)) /* elements per cache line */
 #define FUSOR_FQ_NV(R) ((R) <= 2 ? 8 : 4) /* vectors per P·V column chunk of R rows */
+/* The lanes of a chunk of NV vectors that n remaining elements fill. */
+static inline __attribute__((always_inline)) void fusor_fq_chunk_masks(const int NV, int64_t n, fusor_fq_m* mk) {
+  #pragma GCC unroll 8
+  for (int q = 0; q < NV; ++q) mk[q] = fusor_fq_mask(n - FUSOR_FQ_W * q);
+}
 /* acc[r][q] += s[r * ss] * x[q] for R rows, x the NV vectors at p (lanes mk[q]), whose lines
    at pf are brought toward L1 on the way: both products' register tiles (P·V over a key, K
    transposed over a D row). */
@@ -99,8 +104,7 @@ static inline __attribute__((always_inline)) void fusor_fq_scores_rows(const int
   const fusor_fq_t* restrict kb = kh + n0;
   for (int64_t j0 = 0; j0 < nk; j0 += NV * FUSOR_FQ_W) {
     fusor_fq_m mk[8];
-    #pragma GCC unroll 8
-    for (int q = 0; q < NV; ++q) mk[q] = fusor_fq_mask(nk - j0 - FUSOR_FQ_W * q);
+    fusor_fq_chunk_masks(NV, nk - j0, mk);
     fusor_fq_v acc[FUSOR_FQ_ROWS][8];
     #pragma GCC unroll 4
     for (int r = 0; r < R; ++r)
@@ -127,8 +131,7 @@ static inline __attribute__((always_inline)) void fusor_fq_pv_rows(const int R, 
   const int NV = FUSOR_FQ_NV(R);
   for (int64_t c0 = 0; c0 < Dv; c0 += NV * FUSOR_FQ_W) {
     fusor_fq_m mk[8];
-    #pragma GCC unroll 8
-    for (int q = 0; q < NV; ++q) mk[q] = fusor_fq_mask(Dv - c0 - FUSOR_FQ_W * q);
+    fusor_fq_chunk_masks(NV, Dv - c0, mk);
     fusor_fq_v acc[FUSOR_FQ_ROWS][8];
     #pragma GCC unroll 4
     for (int r = 0; r < R; ++r)
@@ -301,7 +304,6 @@ std::string expand(std::string s, const std::string& name, const std::function<s
 // the load (StorageLoad::load16), e^x is fusor_exp2f16.
 std::string zmm_vocabulary(const StorageLoad& ld) {
   std::string s = "typedef __m512 fusor_fq_v;\ntypedef __mmask16 fusor_fq_m;\n#define FUSOR_FQ_W 16\n";
-  s += "#define FUSOR_FQ_INLINE static inline __attribute__((always_inline))\n";
   s += "FUSOR_FQ_INLINE fusor_fq_m fusor_fq_mask(int64_t n) {\n"
        "  return n >= 16 ? (__mmask16)0xFFFF : (n > 0 ? (__mmask16)((1u << n) - 1u) : (__mmask16)0);\n}\n";
   s += "FUSOR_FQ_INLINE int fusor_fq_any(fusor_fq_m m) { return m != 0; }\n";
@@ -325,7 +327,6 @@ std::string zmm_vocabulary(const StorageLoad& ld) {
 // load). e^x is fusor_exp2f8.
 std::string ymm_vocabulary(const StorageLoad& ld) {
   std::string s = "typedef __m256 fusor_fq_v;\ntypedef int fusor_fq_m;\n#define FUSOR_FQ_W 8\n";
-  s += "#define FUSOR_FQ_INLINE static inline __attribute__((always_inline))\n";
   s += "FUSOR_FQ_INLINE fusor_fq_m fusor_fq_mask(int64_t n) { return n >= 8 ? 8 : (n > 0 ? (int)n : 0); }\n";
   s += "FUSOR_FQ_INLINE int fusor_fq_any(fusor_fq_m m) { return m != 0; }\n";
   s += "FUSOR_FQ_INLINE __m256i fusor_fq_lanes(fusor_fq_m m) {\n"
@@ -368,6 +369,7 @@ bool attention_reads_few_queries(const AttentionRegion& r, const Tuning& tuning)
 std::string attention_few_queries_source(const AttentionRegion& r, const StorageLoad& ld, bool avx2) {
   const bool k_transposed = r.k_transposed();
   std::string s = "typedef " + ld.type + " fusor_fq_t;\n";
+  s += "#define FUSOR_FQ_INLINE static inline __attribute__((always_inline))\n";
   s += avx2 ? ymm_vocabulary(ld) : zmm_vocabulary(ld);
   s += "static inline float fusor_fq_elem(const fusor_fq_t* p, int64_t i) { return " + ld.load("p", "i") + "; }\n";
   s += kFewQueriesHead;

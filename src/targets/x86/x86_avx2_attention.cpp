@@ -26,36 +26,73 @@ std::string avx2_attention_pack_v(const StorageLoad& ld) {
   return s;
 }
 
+// `fusor_transpose8(__m256 r[8])`: an 8 x 8 transpose in registers (r[c] ends holding column
+// c), for K's f32 panels: 24 shuffles per 64 elements against a load and a store each.
+std::string avx2_transpose8_source() {
+  return R"(static inline void fusor_transpose8(__m256* r) {
+  __m256 t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+    r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+  }
+}
+)";
+}
+
+// K's whole f32 32-key panels, 8 keys x 8 features at a time through fusor_transpose8 (kh,
+// n0, dst and c0 as in attention_body's packing loop; c0 ends past the features it packed).
+std::string avx2_attention_pack_k_f32() {
+  return "      if (w == 32)\n"
+         "        for (; c0 + 8 <= D; c0 += 8)\n"
+         "          for (int64_t jh = 0; jh < 32; jh += 8) {\n"
+         "            __m256 t_[8];\n"
+         "            #pragma GCC unroll 8\n"
+         "            for (int r = 0; r < 8; ++r) t_[r] = _mm256_loadu_ps(kh + (n0 + jh + r) * D + c0);\n"
+         "            fusor_transpose8(t_);\n"
+         "            #pragma GCC unroll 8\n"
+         "            for (int c = 0; c < 8; ++c) _mm256_storeu_ps(dst + (c0 + c) * 32 + jh, t_[c]);\n"
+         "          }\n";
+}
+
 // One online-softmax step of row rr over its `lim` visible keys of the block (srow holds the
-// raw scores; they become probabilities in place). With scale > 0 the max is taken over the
-// raw scores (scale · max s = max scale·s, rounding being monotonic) and scale·s − m is one
-// fused multiply-subtract; otherwise the scaled scores are stored first.
-std::string avx2_attention_softmax_row(float scale) {
-  const auto& d = codegen::c99_simd_dialect();
-  const bool fold = scale > 0;
+// raw scores; they become probabilities in place). In base 2 it is the vector vocabulary's
+// step (fusor_softmax_step, x86_simd_attention_few.cpp: srow's NB floats are whole vectors).
+// Otherwise (scale <= 0) float loops the compiler vectorises over the op table's spelling:
+// the scaled scores are stored first, and e^d is fusor_expf.
+std::string avx2_attention_softmax_row(const AttentionRegion& r) {
   std::string s;
   s += "          float* restrict srow = sp + rr * NB;\n";
-  s += "          float bm = -INFINITY;\n";
-  // A NaN score never becomes the max (as the comparison the reference's max makes); the
-  // row's probabilities are NaN through it either way.
-  s += "          #pragma omp simd reduction(max : bm)\n";
-  s += "          for (int64_t j = 0; j < lim; ++j) {\n";
-  if (fold) {
-    s += "            bm = srow[j] > bm ? srow[j] : bm;\n";
+  if (attention_softmax_in_base2(r)) {
+    s += "          const float alpha = fusor_softmax_step(srow, lim, scale * 1.44269504088896341f, mrow + rr, lrow + "
+         "rr);\n";
   } else {
+    const auto& d = codegen::c99_simd_dialect();
+    s += "          float bm = -INFINITY;\n";
+    // A NaN score never becomes the max (as the comparison the reference's max makes); the
+    // row's probabilities are NaN through it either way.
+    s += "          #pragma omp simd reduction(max : bm)\n";
+    s += "          for (int64_t j = 0; j < lim; ++j) {\n";
     s += "            const float x = scale * srow[j];\n            srow[j] = x;\n";
-    s += "            bm = x > bm ? x : bm;\n";
+    s += "            bm = x > bm ? x : bm;\n          }\n";
+    s += online_softmax_rescale(codegen::render_row_norm_accumulate(d, RowNorm::softmax, "dm"));
+    s += "          float ls = 0.0f;\n";
+    s += "          #pragma omp simd reduction(+ : ls)\n";
+    s += "          for (int64_t j = 0; j < lim; ++j) {\n";
+    s += "            const float dd = srow[j] - mn;\n";
+    s += "            const float e = " + codegen::render_row_norm_accumulate(d, RowNorm::softmax, "dd") + ";\n";
+    s += "            srow[j] = e;\n            ls += e;\n          }\n";
+    s += "          lrow[rr] = lrow[rr] * alpha + ls;\n          mrow[rr] = mn;\n";
   }
-  s += "          }\n";
-  if (fold) s += "          bm = scale * bm;\n";
-  s += online_softmax_rescale(codegen::render_row_norm_accumulate(d, RowNorm::softmax, "dm"));
-  s += "          float ls = 0.0f;\n";
-  s += "          #pragma omp simd reduction(+ : ls)\n";
-  s += "          for (int64_t j = 0; j < lim; ++j) {\n";
-  s += std::string("            const float dd = ") + (fold ? "scale * srow[j] - mn" : "srow[j] - mn") + ";\n";
-  s += "            const float e = " + codegen::render_row_norm_accumulate(d, RowNorm::softmax, "dd") + ";\n";
-  s += "            srow[j] = e;\n            ls += e;\n          }\n";
-  s += "          lrow[rr] = lrow[rr] * alpha + ls;\n          mrow[rr] = mn;\n";
   s += "          if (alpha != 1.0f) {\n            float* restrict orow = obs + rr * LDO;\n";
   s += "            #pragma omp simd\n            for (int64_t c = 0; c < LDO; ++c) orow[c] *= alpha;\n          }\n";
   return s;

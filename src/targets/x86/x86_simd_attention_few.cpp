@@ -23,13 +23,55 @@ namespace fusor::x86::simd {
 
 namespace {
 
-// The kernel below is written once over a small vector vocabulary (fusor_fq_*), which each
-// lane defines in its own registers: FUSOR_FQ_W f32 lanes in a fusor_fq_v, fusor_fq_m the lanes
+// The kernel below, and the online-softmax step it shares with the x86_avx2 lane's flash loop,
+// are written once over a small vector vocabulary (fusor_fq_*), which each lane defines in its
+// own registers: FUSOR_FQ_W f32 lanes in a fusor_fq_v, fusor_fq_m the lanes
 // a load or store touches (fusor_fq_mask(n): the first n, all when n >= W, none when n <= 0).
 // P·V takes 8 vectors of columns for one or two rows (Dv = 128 f32 in one pass over the block's
 // V on zmm), 4 for more (8 would spill): medians of 8 alternating rounds on Zen 5 (H = 32, Nk =
 // 2048, D = 128; one / two rows per item) 1.64 / 0.79 ms against 1.82 / 0.82 with 4 on zmm,
 // 1.70 / 0.85 against 1.78 / 1.06 on ymm.
+const char* kSoftmaxStep =
+    R"(/* One online-softmax step of a row over its n scores at s (whole vectors past n readable and
+   writable): the block's max of the raw scores (a NaN never becomes it: vmaxps returns its
+   second operand), the new running max *m in base 2 (vs = scale * log2 e > 0, so max(vs * s) =
+   vs * max(s)), s[j] = 2^(vs * s[j] - *m) (lanes past n: 0, never summed), *l rescaled and
+   summed; returns the factor that rescales the row's output. Two vectors per iteration: each
+   pass's max or sum is a chain of dependent adds otherwise. */
+FUSOR_FQ_INLINE float fusor_softmax_step(float* restrict s, int64_t n, float vs, float* restrict m, float* restrict l) {
+  const fusor_fq_v vvs = fusor_fq_set1(vs), ninf = fusor_fq_set1(-INFINITY);
+  fusor_fq_v mx0 = ninf, mx1 = ninf;
+  int64_t j = 0;
+  for (; j + 2 * FUSOR_FQ_W <= n; j += 2 * FUSOR_FQ_W) {
+    mx0 = fusor_fq_max(fusor_fq_loadf(s + j), mx0);
+    mx1 = fusor_fq_max(fusor_fq_loadf(s + j + FUSOR_FQ_W), mx1);
+  }
+  for (; j < n; j += FUSOR_FQ_W) mx0 = fusor_fq_max(fusor_fq_blend(fusor_fq_mask(n - j), ninf, fusor_fq_loadf(s + j)), mx0);
+  const float bm = vs * fusor_fq_hmax(fusor_fq_max(mx0, mx1));
+  const float mo = *m, mn = mo > bm ? mo : bm;
+  const float dm = mo - mn;
+  const float alpha = @RESCALE(mo|mn|exp2f(dm))@;
+  const fusor_fq_v vmn = fusor_fq_set1(mn);
+  fusor_fq_v ls0 = fusor_fq_zero(), ls1 = fusor_fq_zero();
+  for (j = 0; j + 2 * FUSOR_FQ_W <= n; j += 2 * FUSOR_FQ_W) {
+    const fusor_fq_v e0 = fusor_fq_exp2(fusor_fq_fms(fusor_fq_loadf(s + j), vvs, vmn));
+    const fusor_fq_v e1 = fusor_fq_exp2(fusor_fq_fms(fusor_fq_loadf(s + j + FUSOR_FQ_W), vvs, vmn));
+    fusor_fq_storef(s + j, e0);
+    fusor_fq_storef(s + j + FUSOR_FQ_W, e1);
+    ls0 = fusor_fq_add(ls0, e0);
+    ls1 = fusor_fq_add(ls1, e1);
+  }
+  for (; j < n; j += FUSOR_FQ_W) {
+    const fusor_fq_v e = fusor_fq_keep(fusor_fq_mask(n - j), fusor_fq_exp2(fusor_fq_fms(fusor_fq_loadf(s + j), vvs, vmn)));
+    fusor_fq_storef(s + j, e);
+    ls0 = fusor_fq_add(ls0, e);
+  }
+  *l = *l * alpha + fusor_fq_hsum(fusor_fq_add(ls0, ls1));
+  *m = mn;
+  return alpha;
+}
+)";
+
 const char* kFewQueriesHead = R"(#define FUSOR_FQ_ROWS 4   /* query rows an item reads K and V for */
 #define FUSOR_FQ_KB 256    /* keys per online-softmax step */
 #define FUSOR_FQ_AHEAD 8   /* K and V rows prefetched this many keys ahead */
@@ -157,28 +199,12 @@ static inline __attribute__((always_inline)) void fusor_fq_rows(const int R, con
     l[r] = 0.0f;
     memset(o + r * ldo, 0, sizeof(float) * (size_t)Dv);
   }
-  const fusor_fq_v vvs = fusor_fq_set1(vs), ninf = fusor_fq_set1(-INFINITY);
   for (int64_t n0 = n_lo; n0 < n_hi; n0 += FUSOR_FQ_KB) {
     const int64_t nk = n_hi - n0 < FUSOR_FQ_KB ? n_hi - n0 : FUSOR_FQ_KB;
     fusor_fq_scores_rows(R, qb, Dq, kh, n0, Nk, D, nk, sc);
     for (int r = 0; r < R; ++r) {
-      float* restrict s = sc + r * FUSOR_FQ_KB; /* whole vectors up to FUSOR_FQ_KB: no load faults */
-      fusor_fq_v mx = ninf;
-      for (int64_t j = 0; j < nk; j += FUSOR_FQ_W)
-        mx = fusor_fq_max(fusor_fq_blend(fusor_fq_mask(nk - j), ninf, fusor_fq_loadf(s + j)), mx);
-      const float bm = vs * fusor_fq_hmax(mx);
-      const float mo = m[r], mn = mo > bm ? mo : bm;
-      const float dm = mo - mn;
-      const float alpha = @RESCALE(mo|mn|exp2f(dm))@;
-      const fusor_fq_v vmn = fusor_fq_set1(mn);
-      fusor_fq_v ls = fusor_fq_zero();
-      for (int64_t j = 0; j < nk; j += FUSOR_FQ_W) {
-        const fusor_fq_v e = fusor_fq_keep(fusor_fq_mask(nk - j), fusor_fq_exp2(fusor_fq_fms(fusor_fq_loadf(s + j), vvs, vmn)));
-        fusor_fq_storef(s + j, e);
-        ls = fusor_fq_add(ls, e);
-      }
-      l[r] = l[r] * alpha + fusor_fq_hsum(ls);
-      m[r] = mn;
+      /* (sc rows hold whole vectors up to FUSOR_FQ_KB: no load faults) */
+      const float alpha = fusor_softmax_step(sc + r * FUSOR_FQ_KB, nk, vs, m + r, l + r);
       if (alpha != 1.0f)
         for (int64_t c = 0; c < Dv; ++c) o[r * ldo + c] *= alpha;
     }
@@ -300,6 +326,14 @@ std::string expand(std::string s, const std::string& name, const std::function<s
   return s;
 }
 
+// The rescale rule of the flash loop's steps (rescale_factor) at every @RESCALE(from|to|exp)@.
+std::string expand_rescale(const std::string& s) {
+  return expand(s, "RESCALE", [](const std::string& args) {
+    const size_t a = args.find('|'), b = args.find('|', a + 1);
+    return rescale_factor(args.substr(0, a), args.substr(a + 1, b - a - 1), args.substr(b + 1));
+  });
+}
+
 // The vocabulary on zmm registers: lane masks are mask registers, 16-bit storage widens in
 // the load (StorageLoad::load16), e^x is fusor_exp2f16.
 std::string zmm_vocabulary(const StorageLoad& ld) {
@@ -366,23 +400,24 @@ bool attention_reads_few_queries(const AttentionRegion& r, const Tuning& tuning)
   return tuning.fq > 0 && attention_softmax_in_base2(r);
 }
 
-std::string attention_few_queries_source(const AttentionRegion& r, const StorageLoad& ld, bool avx2) {
-  const bool k_transposed = r.k_transposed();
+std::string attention_vector_source(const StorageLoad& ld, bool avx2) {
   std::string s = "typedef " + ld.type + " fusor_fq_t;\n";
   s += "#define FUSOR_FQ_INLINE static inline __attribute__((always_inline))\n";
   s += avx2 ? ymm_vocabulary(ld) : zmm_vocabulary(ld);
-  s += "static inline float fusor_fq_elem(const fusor_fq_t* p, int64_t i) { return " + ld.load("p", "i") + "; }\n";
+  return expand_rescale(s + kSoftmaxStep);
+}
+
+std::string attention_few_queries_source(const AttentionRegion& r, const StorageLoad& ld) {
+  std::string s =
+      "static inline float fusor_fq_elem(const fusor_fq_t* p, int64_t i) { return " + ld.load("p", "i") + "; }\n";
   s += kFewQueriesHead;
-  s += k_transposed ? kScoresTransposed : kScoresNatural;
+  s += r.k_transposed() ? kScoresTransposed : kScoresNatural;
   s += kFewQueries;
-  // The op table's softmax factor 1/s, as the flash loop renders it; its rescale rule.
+  // The op table's softmax factor 1/s, as the flash loop renders it.
   s = expand(s, "FACTOR", [](const std::string& sum) {
     return codegen::render_row_norm_factor(codegen::c99_simd_dialect(), RowNorm::softmax, sum, "(float)Nk", "0.0f");
   });
-  return expand(s, "RESCALE", [](const std::string& args) {
-    const size_t a = args.find('|'), b = args.find('|', a + 1);
-    return rescale_factor(args.substr(0, a), args.substr(a + 1, b - a - 1), args.substr(b + 1));
-  });
+  return expand_rescale(s);
 }
 
 std::string attention_few_queries_dispatch(const AttentionRegion& r, const Tuning& tuning) {

@@ -225,11 +225,16 @@ std::string attention_body(const AttentionRegion& region, const StorageLoad& ld,
 // Whether attention's softmax runs as 2^(s·scale·log2 e - m): scale > 0 and the op table spells
 // its e^d as expf (x86_simd_attention.cpp).
 bool attention_softmax_in_base2(const AttentionRegion& region);
+// Attention's vector vocabulary (x86_simd_attention_few.cpp): a few dozen vector words
+// (fusor_fq_*) on zmm or (avx2) ymm registers, and the base-2 online-softmax step of one row
+// written over them (fusor_softmax_step); the few-query path's and the x86_avx2 lane's flash
+// loop's.
+std::string attention_vector_source(const StorageLoad& ld, bool avx2);
 // The few-query path (x86_simd_attention_few.cpp): whether a kernel has it (a base-2 softmax;
-// any lane, storage and K layout), its functions on zmm or (avx2) ymm registers, and the
-// kernel's first statement, which takes calls with at most tuning.fq query rows per head.
+// any lane, storage and K layout), its functions over the vocabulary above, and the kernel's
+// first statement, which takes calls with at most tuning.fq query rows per head.
 bool attention_reads_few_queries(const AttentionRegion& region, const Tuning& tuning);
-std::string attention_few_queries_source(const AttentionRegion& region, const StorageLoad& ld, bool avx2);
+std::string attention_few_queries_source(const AttentionRegion& region, const StorageLoad& ld);
 std::string attention_few_queries_dispatch(const AttentionRegion& region, const Tuning& tuning);
 // The x86_amx lane's attention pieces (x86_amx_attention.cpp), in attention_body's loops:
 // packing K (per KV head and 32-key panel), packing a 32-row query block, packing V of every
@@ -258,10 +263,13 @@ std::string online_softmax_rescale(const std::string& exp_dm);
 // kernel's base). The rows' steps above and the few-query path's merge of key splits.
 std::string rescale_factor(const std::string& from, const std::string& to, const std::string& exp_diff);
 // The x86_avx2 lane's attention pieces (x86_avx2_attention.cpp), in attention_body's loops:
-// packing V of every KV head into 32-column panels, one row's online-softmax step, and the
-// block's P·V through fusor_ukr.
+// packing V of every KV head into 32-column panels, an 8 x 8 register transpose and the f32 K
+// panels packed through it, one row's online-softmax step, and the block's P·V through
+// fusor_ukr.
 std::string avx2_attention_pack_v(const StorageLoad& ld);
-std::string avx2_attention_softmax_row(float scale);
+std::string avx2_transpose8_source();
+std::string avx2_attention_pack_k_f32();
+std::string avx2_attention_softmax_row(const AttentionRegion& region);
 std::string avx2_attention_pv(bool causal);
 std::string norm_chain_body(const NormChainRegion& region, bool avx2);
 // (avx2: no AVX-512 instruction; the 16-lane path gives way to the compiler-vectorised loop.)

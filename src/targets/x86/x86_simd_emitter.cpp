@@ -14,7 +14,8 @@ namespace fusor::x86 {
 
 namespace simd {
 
-std::string attention_pv_source(const Tuning& tuning); // x86_simd_attention.cpp
+std::string attention_pv_source(const AttentionRegion& region, const StorageLoad& ld,
+                                const Tuning& tuning); // x86_simd_attention.cpp
 
 Error unsupported(RegionKind kind, const std::string& reason, std::string_view lane) {
   return make_error(ErrorCode::emit_unsupported, "region " + std::string(region_kind_name(kind)) +
@@ -247,10 +248,13 @@ Expected<KernelSource> emit_lane(const Region& region, const EmitOptions& option
     head += codegen::render_avx512_math_helpers(codegen::c99_avx512_dialect());
   const auto* attention = std::get_if<AttentionRegion>(&region);
   const bool few_queries = attention && simd::attention_reads_few_queries(*attention, tuning);
-  if (tuning.avx2 && (vector_math || few_queries))
+  // (The x86_avx2 lane's flash loop takes the vocabulary's softmax step where it is base 2.)
+  const bool vector_words = few_queries || (attention && tuning.avx2 && simd::attention_softmax_in_base2(*attention));
+  if (tuning.avx2 && (vector_math || vector_words))
     head += codegen::render_avx2_math_helpers(codegen::c99_avx2_dialect());
-  if (kind == RegionKind::attention) head += simd::attention_pv_source(tuning);
-  if (few_queries) head += simd::attention_few_queries_source(*attention, ld, tuning.avx2);
+  if (attention) head += simd::attention_pv_source(*attention, ld, tuning);
+  if (vector_words) head += simd::attention_vector_source(ld, tuning.avx2);
+  if (few_queries) head += simd::attention_few_queries_source(*attention, ld);
   if (kind == RegionKind::pointwise || kind == RegionKind::pointwise_reduce) head += simd::pointwise_helpers();
   if (streaming) head += simd::stream_helpers(tuning.stream, tuning.avx2);
 

@@ -11,10 +11,25 @@
 
 namespace fusor::x86::simd {
 
-// V of every KV head (any storage) as f32 panels of 32 columns over all keys; columns past
-// Dv are zero, so the padded output columns only ever add zeros.
+// Where P·V reads V: f32 V whose rows are whole 32-column panels (Dv a multiple of 32) where it
+// lies, rows Dv floats apart (packing it took 1.5 % of a causal S = 512 call); any other V
+// packed once per KV head as f32 panels of 32 columns over all keys, rows 32 floats apart, the
+// columns past Dv zero, so the padded output columns only ever add zeros. vsrc and ldv give
+// the panels; FUSOR_VPANEL(h, p) is KV head h's panel p at key 0.
+std::string avx2_attention_v_source(bool f32) {
+  std::string s = "  const int64_t ndp = fusor_cdiv(Dv, 32);\n";
+  s += std::string("  const int vin = ") + (f32 ? "Dv % 32 == 0" : "0") + ";\n";
+  s += "  float* restrict vp = vin ? NULL : (float*)fusor_scratch(2, sizeof(float) * (size_t)(nkv * ndp * Nk * 32));\n";
+  s += "  if (!vin && !vp) return 2;\n";
+  s += std::string("  const float* restrict vsrc = vin ? ") + (f32 ? "V" : "NULL") + " : vp;\n";
+  s += "  const int64_t ldv = vin ? Dv : 32;\n";
+  s += "#define FUSOR_VPANEL(h, p) (vsrc + (vin ? (h) * Nk * Dv + (p) * 32 : ((h) * ndp + (p)) * Nk * 32))\n";
+  return s;
+}
+
 std::string avx2_attention_pack_v(const StorageLoad& ld) {
   std::string s;
+  s += "    if (!vin) {\n";
   s += "    #pragma omp for schedule(static)\n";
   s += "    for (int64_t hp = 0; hp < nkv * ndp; ++hp) {\n";
   s += "      const int64_t head = hp / ndp, c0 = (hp % ndp) * 32, w = Dv - c0 < 32 ? Dv - c0 : 32;\n";
@@ -22,7 +37,7 @@ std::string avx2_attention_pack_v(const StorageLoad& ld) {
   s += "      for (int64_t j = 0; j < Nk; ++j) {\n";
   s += "        for (int64_t c = 0; c < w; ++c) dst[j * 32 + c] = " + ld.load("V", "(head * Nk + j) * Dv + c0 + c") +
        ";\n";
-  s += "        for (int64_t c = w; c < 32; ++c) dst[j * 32 + c] = 0.0f;\n      }\n    }\n";
+  s += "        for (int64_t c = w; c < 32; ++c) dst[j * 32 + c] = 0.0f;\n      }\n    }\n    }\n";
   return s;
 }
 
@@ -109,7 +124,7 @@ std::string avx2_attention_pv(bool causal) {
   if (causal) s += "        kv = kv < 0 ? 0 : (kv < nbk ? kv : nbk);\n";
   s += "        if (kv > 0)\n";
   s += "          for (int64_t dp = 0; dp < ndp; ++dp)\n";
-  s += "            fusor_ukr_rows(kv, sp, vp + ((kvh * ndp + dp) * Nk + n0) * 32, obs + dp * 32, LDO, obs + dp * 32, "
+  s += "            fusor_ukr_rows(kv, sp, FUSOR_VPANEL(kvh, dp) + n0 * ldv, ldv, obs + dp * 32, LDO, obs + dp * 32, "
        "LDO);\n";
   if (causal) {
     s += "        for (int64_t rr = 0; rr < rows; ++rr) {\n";
@@ -118,7 +133,7 @@ std::string avx2_attention_pv(bool causal) {
     s += "          for (int64_t j = kv; j < lim; ++j) {\n";
     s += "            const float p = sp[rr * NB + j];\n";
     s += "            for (int64_t dp = 0; dp < ndp; ++dp) {\n";
-    s += "              const float* restrict vr = vp + ((kvh * ndp + dp) * Nk + n0 + j) * 32;\n";
+    s += "              const float* restrict vr = FUSOR_VPANEL(kvh, dp) + (n0 + j) * ldv;\n";
     s += "              #pragma omp simd\n";
     s += "              for (int64_t c = 0; c < 32; ++c) orow[dp * 32 + c] += p * vr[c];\n";
     s += "            }\n          }\n        }\n";

@@ -115,10 +115,11 @@ std::string avx2_direct_ukr(int rows, const std::string& name) {
 }
 
 // Attention's P·V reads the probabilities where the softmax left them, rows FUSOR_NB floats
-// apart (a constant: the six row streams address by immediates), instead of a transposed copy.
+// apart (a constant: the six row streams address by immediates), instead of a transposed copy;
+// V's rows are ldb floats apart (in place or packed).
 std::string avx2_rows_kernel_source(int mr) {
-  return avx2_tile(mr, "fusor_ukr_rows", "const float* restrict a, const float* restrict b", "", strided_b_step("32"),
-                   [](const std::string& r) { return "a + " + r + " * FUSOR_NB + k"; });
+  return avx2_tile(mr, "fusor_ukr_rows", "const float* restrict a, const float* restrict b, int64_t ldb", "",
+                   strided_b_step("ldb"), [](const std::string& r) { return "a + " + r + " * FUSOR_NB + k"; });
 }
 
 } // namespace fusor::x86::simd

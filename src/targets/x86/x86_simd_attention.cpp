@@ -189,9 +189,7 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
     s += "  if (!kp) return 2;\n";
   }
   if (avx2) {
-    s += "  const int64_t ndp = fusor_cdiv(Dv, 32);\n";
-    s += "  float* restrict vp = (float*)fusor_scratch(2, sizeof(float) * (size_t)(nkv * ndp * Nk * 32));\n";
-    s += "  if (!vp) return 2;\n";
+    s += avx2_attention_v_source(f32);
   } else if (!f32) {
     s += "  float* restrict vf = (float*)fusor_scratch(4, sizeof(float) * (size_t)(nkv * Nk * Dv));\n";
     s += "  if (!vf) return 2;\n";

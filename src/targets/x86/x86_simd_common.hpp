@@ -117,7 +117,7 @@ std::string avx2_direct_ukr(int rows, const std::string& name);
 std::string avx2_packing_ukr(int mr, int ahead);
 std::string avx2_copying_ukr(int mr);
 // The same tile as `fusor_ukr_rows`, whose A is row-major with rows FUSOR_NB floats apart
-// (attention's probabilities): a[r * FUSOR_NB + k].
+// (attention's probabilities): a[r * FUSOR_NB + k], and B's rows ldb floats apart.
 std::string avx2_rows_kernel_source(int mr);
 // `fusor_transpose16(__m512 r[16])`: a 16 x 16 transpose in registers (r[c] ends holding
 // column c); micro_kernel_source includes it.
@@ -263,9 +263,11 @@ std::string online_softmax_rescale(const std::string& exp_dm);
 // kernel's base). The rows' steps above and the few-query path's merge of key splits.
 std::string rescale_factor(const std::string& from, const std::string& to, const std::string& exp_diff);
 // The x86_avx2 lane's attention pieces (x86_avx2_attention.cpp), in attention_body's loops:
-// packing V of every KV head into 32-column panels, an 8 x 8 register transpose and the f32 K
+// where P·V reads V (in place, or packed: FUSOR_VPANEL(head, panel), rows ldv apart), packing V of
+// every KV head into 32-column panels, an 8 x 8 register transpose and the f32 K
 // panels packed through it, one row's online-softmax step, and the block's P·V through
 // fusor_ukr.
+std::string avx2_attention_v_source(bool f32);
 std::string avx2_attention_pack_v(const StorageLoad& ld);
 std::string avx2_transpose8_source();
 std::string avx2_attention_pack_k_f32();

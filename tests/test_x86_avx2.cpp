@@ -215,8 +215,8 @@ TEST(X86Avx2, KBlocksSumFromZero) {
 
 // Attention: one or many online-softmax steps (nb), a causal diagonal inside a later key
 // block, query blocks of 4..6 rows with ragged last ones, batch, heads and GQA, Dv not a
-// multiple of the 32-column panel, transposed operands, 16-bit storage and a negative scale
-// (the max over a scaled copy instead of the raw scores).
+// multiple of the 32-column panel, transposed operands, 16-bit storage, negative and zero
+// scales (the max of scale * s is scale times the scores' min when scale < 0).
 TEST(X86Avx2, AttentionShapesAndKeyBlocks) {
   REQUIRE_AVX2();
   const std::map<std::string, std::string> knobs[] = {{}, {{"nb", "32"}}, {{"nb", "64"}, {"mr", "4"}}};
@@ -233,8 +233,9 @@ TEST(X86Avx2, AttentionShapesAndKeyBlocks) {
   }
   const Region half = region_of("attention { scale = 0.3; causal = true; k_transposed = true; storage = f16 }");
   expect_matches_reference(half, attention_dims(0, 1, 1, 17, 129, 64), 19, 1.0);
-  const Region negative = region_of("attention { scale = -0.3; causal = false }");
-  expect_matches_reference(negative, attention_dims(0, 1, 1, 33, 100, 64), 20, 1.0);
+  for (const char* text : {"attention { scale = -0.3; causal = false }", "attention { scale = -0.3; causal = true }",
+                           "attention { scale = 0 }"})
+    expect_matches_reference(region_of(text), attention_dims(0, 1, 1, 33, 100, 64), 20, 1.0);
   const Region q_transposed = region_of("attention { scale = 0.3; causal = true; q_transposed = true }");
   expect_matches_reference(q_transposed, attention_dims(0, 2, 2, 29, 70, 48), 21, 1.0);
   // D past the 8 x 8 transposes of K's panels (37 = 4 x 8 + 5), query blocks read in place
@@ -246,22 +247,26 @@ TEST(X86Avx2, AttentionShapesAndKeyBlocks) {
           attention_dims(0, 2, 1, 31, 45, 37), 22, 1.0, k);
 }
 
-// The flash loop's softmax step (fusor_softmax_step): a NaN score never becomes a row's max,
-// and the row is NaN through it; a row whose scores are thousands apart keeps only its max's
-// keys; every other row is untouched by both.
+// The flash loop's softmax step (fusor_softmax_step): a NaN score never becomes a row's max
+// (nor, with a negative scale, the min it takes), and the row is NaN through it; a row whose
+// scores are thousands apart keeps only its largest scaled score's keys; every other row is
+// untouched by both.
 TEST(X86Avx2, AttentionSpecialScores) {
   REQUIRE_AVX2();
-  const Region region = region_of("attention { scale = 0.125; causal = false }");
-  const std::int64_t m = 20, nk = 90, d = 16;
-  auto operands = make_operands(region, attention_dims(0, 1, 1, m, nk, d), 34, 1.0);
-  operands[0].data[3 * d + 5] = NAN;
-  for (std::int64_t c = 0; c < d; ++c) operands[0].data[7 * d + c] *= 1e4f;
-  auto ref = evaluate_reference(region, operands);
-  ASSERT_TRUE(ref.ok()) << ref.error().str();
-  auto out = execute_on_target(x86(), region, operands, testing::lane_options_on("x86_avx2", RegionKind::attention));
-  ASSERT_TRUE(out.ok()) << out.error().str();
-  EXPECT_TRUE(testing::all_close(out->output, *ref));
-  for (std::int64_t i = 0; i < m; ++i) EXPECT_EQ(std::isnan(out->output.data[i * d]), i == 3) << "query " << i;
+  for (const char* text : {"attention { scale = 0.125 }", "attention { scale = -0.125 }"}) {
+    const Region region = region_of(text);
+    const std::int64_t m = 20, nk = 90, d = 16;
+    auto operands = make_operands(region, attention_dims(0, 1, 1, m, nk, d), 34, 1.0);
+    operands[0].data[3 * d + 5] = NAN;
+    for (std::int64_t c = 0; c < d; ++c) operands[0].data[7 * d + c] *= 1e4f;
+    auto ref = evaluate_reference(region, operands);
+    ASSERT_TRUE(ref.ok()) << ref.error().str();
+    auto out = execute_on_target(x86(), region, operands, testing::lane_options_on("x86_avx2", RegionKind::attention));
+    ASSERT_TRUE(out.ok()) << out.error().str();
+    EXPECT_TRUE(testing::all_close(out->output, *ref)) << text;
+    for (std::int64_t i = 0; i < m; ++i)
+      EXPECT_EQ(std::isnan(out->output.data[i * d]), i == 3) << text << ", query " << i;
+  }
 }
 
 // On the causal diagonal a key masked for one query is visible to a later one in the same

@@ -268,9 +268,10 @@ inline void expect_b_packed_by_first_tiles(std::string_view name) {
 // few-query path: the rows of every query head sharing a KV head together (GQA), K and V read
 // in place, the keys split across threads when the items are few and the splits' softmax
 // states merged. Every shape here has M <= 8: ragged D and Dv (partial vectors), one key, key
-// blocks (256) and splits, causal (a row per item), Q or K transposed, 16-bit storage, a
-// negative scale (which keeps the flash loop: its max rule differs). The path is in the kernels that can
-// take it, behind its row bound, and nowhere else; the oracle verifies it.
+// blocks (256) and splits, causal (a row per item), Q or K transposed, 16-bit storage, negative
+// and zero scales (the max of scale * s is scale times the scores' min when scale < 0). The path
+// is in the kernels that can take it, behind its row bound, and nowhere else; the oracle
+// verifies it.
 inline void expect_few_query_rows(std::string_view name) {
   const auto check = [&](const Region& region, const ProblemShape& dims, std::uint64_t seed,
                          std::map<std::string, std::string> knobs = {}) {
@@ -300,7 +301,11 @@ inline void expect_few_query_rows(std::string_view name) {
     check(kt, attention_dims(1, 2, 1, 1, 5, 40), 52);
     check(kt, attention_dims(1, 6, 3, 7, 700, 128), 53);
   }
-  check(region_of("attention { scale = -0.3 }"), attention_dims(0, 2, 2, 1, 600, 64), 45);
+  for (const char* text : {"attention { scale = -0.3 }", "attention { scale = -0.3; causal = true }",
+                           "attention { scale = -0.2; k_transposed = true }", "attention { scale = 0 }"}) {
+    check(region_of(text), attention_dims(0, 2, 2, 1, 600, 64), 45);
+    check(region_of(text), attention_dims(1, 4, 2, 5, 3000, 40), 54); // split keys, GQA
+  }
   // 16-bit K and V widen as they load (exactly: the reference rounds to storage first).
   for (const char* storage : {"bf16", "f16"})
     for (bool causal : {false, true}) {
@@ -322,7 +327,7 @@ inline void expect_few_query_rows(std::string_view name) {
   EXPECT_NE(source("attention { scale = 0.5; k_transposed = true }", {}).find("K stored transposed, [D][Nk]"),
             std::string::npos);
   EXPECT_NE(source("attention { scale = 0.5; storage = bf16 }", {}).find("fusor_attention_few("), std::string::npos);
-  EXPECT_EQ(source("attention { scale = -0.5 }", {}).find("fusor_attention_few("), std::string::npos);
+  EXPECT_NE(source("attention { scale = -0.5 }", {}).find("fusor_attention_few("), std::string::npos);
   expect_verified_on(name, region_of("attention { scale = 0.125 }"), {{"fq", "64"}});
   expect_verified_on(name, region_of("attention { scale = 0.125; causal = true }"), {{"fq", "64"}});
   expect_verified_on(name, region_of("attention { scale = 0.125; storage = f16 }"), {{"fq", "64"}});

@@ -80,14 +80,13 @@ std::string avx2_attention_pack_k_f32() {
 }
 
 // One online-softmax step of row rr over its `lim` visible keys of the block (srow holds the
-// raw scores; they become probabilities in place). In base 2 it is the vector vocabulary's
-// step (fusor_softmax_step, x86_simd_attention_few.cpp: srow's NB floats are whole vectors).
-// Otherwise (scale <= 0) float loops the compiler vectorises over the op table's spelling:
-// the scaled scores are stored first, and e^d is fusor_expf.
-std::string avx2_attention_softmax_row(const AttentionRegion& r) {
+// raw scores; they become probabilities in place): the vector vocabulary's base-2 step
+// (fusor_softmax_step, x86_simd_attention_few.cpp: srow's NB floats are whole vectors), or,
+// were the op table's e^d not expf, float loops the compiler vectorises over its spelling.
+std::string avx2_attention_softmax_row() {
   std::string s;
   s += "          float* restrict srow = sp + rr * NB;\n";
-  if (attention_softmax_in_base2(r)) {
+  if (softmax_exp_is_expf()) {
     s += "          const float alpha = fusor_softmax_step(srow, lim, scale * 1.44269504088896341f, mrow + rr, lrow + "
          "rr);\n";
   } else {

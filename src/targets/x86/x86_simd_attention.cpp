@@ -135,13 +135,14 @@ std::string online_softmax_rescale(const std::string& exp_dm) {
 // maxima, d and the rescale exponent are then in base-2 units, and fusor_exp2f16 needs no
 // Cody-Waite reduction nor rounding (9 instructions per 16 probabilities instead of 14). Only
 // where the table spells the accumulate step as expf, so a changed formula is never misread.
-bool attention_softmax_in_base2(const AttentionRegion& r) {
-  return r.scale() > 0 &&
-         codegen::render_row_norm_accumulate(codegen::c99_avx512_dialect(), RowNorm::softmax, "@") ==
+bool softmax_exp_is_expf() {
+  return codegen::render_row_norm_accumulate(codegen::c99_avx512_dialect(), RowNorm::softmax, "@") ==
              "fusor_expf16(@)" &&
          codegen::render_row_norm_accumulate(codegen::c99_avx2_dialect(), RowNorm::softmax, "@") == "fusor_expf8(@)" &&
          codegen::render_row_norm_accumulate(c99_simd_dialect(), RowNorm::softmax, "dm") == "fusor_expf(dm)";
 }
+
+bool attention_softmax_in_base2(const AttentionRegion& r) { return r.scale() > 0 && softmax_exp_is_expf(); }
 
 std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, const Tuning& tuning) {
   const bool amx = tuning.amx;   // both products on AMX tiles (x86_amx_attention.cpp)
@@ -161,7 +162,7 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   s += "  const float scale = " + codegen::float_literal(r.scale()) + ";\n";
   s += "  if (nbh == 0 || M == 0 || Dv == 0) return 0;\n";
   s += "  if (Nk == 0) { memset(out, 0, sizeof(float) * (size_t)(nbh * M * Dv)); return 0; }\n";
-  if (attention_reads_few_queries(r, tuning)) s += attention_few_queries_dispatch(r, tuning);
+  if (attention_reads_few_queries(tuning)) s += attention_few_queries_dispatch(r, tuning);
   // Key block (a multiple of the 32-key panel) and the rows of the padded query block.
   s += "  const int64_t NB = FUSOR_NB;\n";
   s += avx2 ? "  const int64_t MRP = FUSOR_MR;\n"
@@ -482,7 +483,7 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
     s += "          fusor_ukr(D, qp + sb * D * FUSOR_MR, kpb + pb * D * 32, sp + pb * 32, NB, NULL, 0);\n";
     s += "        for (int64_t rr = 0; rr < rows; ++rr) {\n" + row_limit;
     s += "          if (lim <= 0) continue; /* causal: no key of this block is visible yet */\n";
-    s += (avx2 ? avx2_attention_softmax_row(r) : softmax_row("", "")) + "        }\n";
+    s += (avx2 ? avx2_attention_softmax_row() : softmax_row("", "")) + "        }\n";
     s += avx2 ? avx2_attention_pv(causal) : pv;
     s += "      }\n";
   }

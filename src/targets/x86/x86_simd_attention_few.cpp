@@ -32,28 +32,38 @@ namespace {
 // 2048, D = 128; one / two rows per item) 1.64 / 0.79 ms against 1.82 / 0.82 with 4 on zmm,
 // 1.70 / 0.85 against 1.78 / 1.06 on ymm.
 const char* kSoftmaxStep =
-    R"(/* One online-softmax step of a row over its n scores at s (whole vectors past n readable and
-   writable): the block's max of the raw scores (a NaN never becomes it: vmaxps returns its
-   second operand), the new running max *m in base 2 (vs = scale * log2 e > 0, so max(vs * s) =
-   vs * max(s)), s[j] = 2^(vs * s[j] - *m) (lanes past n: 0, never summed), *l rescaled and
+    R"(/* The max (low = 0) or min (low = 1) of a row's n scores at s, whole vectors past n readable;
+   a NaN never becomes it (vmaxps and vminps return their second operand when either is NaN). */
+FUSOR_FQ_INLINE float fusor_fq_row_extreme(const float* restrict s, int64_t n, const int low) {
+  const fusor_fq_v far = fusor_fq_set1(low ? INFINITY : -INFINITY);
+  fusor_fq_v x0 = far, x1 = far;
+  int64_t j = 0;
+  for (; j + 2 * FUSOR_FQ_W <= n; j += 2 * FUSOR_FQ_W) {
+    const fusor_fq_v a = fusor_fq_loadf(s + j), b = fusor_fq_loadf(s + j + FUSOR_FQ_W);
+    x0 = low ? fusor_fq_min(a, x0) : fusor_fq_max(a, x0);
+    x1 = low ? fusor_fq_min(b, x1) : fusor_fq_max(b, x1);
+  }
+  for (; j < n; j += FUSOR_FQ_W) {
+    const fusor_fq_v a = fusor_fq_blend(fusor_fq_mask(n - j), far, fusor_fq_loadf(s + j));
+    x0 = low ? fusor_fq_min(a, x0) : fusor_fq_max(a, x0);
+  }
+  return low ? fusor_fq_hmin(fusor_fq_min(x0, x1)) : fusor_fq_hmax(fusor_fq_max(x0, x1));
+}
+/* One online-softmax step of a row over its n scores at s (whole vectors past n readable and
+   writable): the block's max of vs * s (vs = scale * log2 e; rounding is monotonic, so it is vs
+   times the raw scores' max, or their min for vs < 0: no scaled copy is stored), the new running
+   max *m in base 2, s[j] = 2^(vs * s[j] - *m) (lanes past n: 0, never summed), *l rescaled and
    summed; returns the factor that rescales the row's output. Two vectors per iteration: each
    pass's max or sum is a chain of dependent adds otherwise. */
 FUSOR_FQ_INLINE float fusor_softmax_step(float* restrict s, int64_t n, float vs, float* restrict m, float* restrict l) {
-  const fusor_fq_v vvs = fusor_fq_set1(vs), ninf = fusor_fq_set1(-INFINITY);
-  fusor_fq_v mx0 = ninf, mx1 = ninf;
-  int64_t j = 0;
-  for (; j + 2 * FUSOR_FQ_W <= n; j += 2 * FUSOR_FQ_W) {
-    mx0 = fusor_fq_max(fusor_fq_loadf(s + j), mx0);
-    mx1 = fusor_fq_max(fusor_fq_loadf(s + j + FUSOR_FQ_W), mx1);
-  }
-  for (; j < n; j += FUSOR_FQ_W) mx0 = fusor_fq_max(fusor_fq_blend(fusor_fq_mask(n - j), ninf, fusor_fq_loadf(s + j)), mx0);
-  const float bm = vs * fusor_fq_hmax(fusor_fq_max(mx0, mx1));
+  const float bm = vs * (vs < 0 ? fusor_fq_row_extreme(s, n, 1) : fusor_fq_row_extreme(s, n, 0));
   const float mo = *m, mn = mo > bm ? mo : bm;
   const float dm = mo - mn;
   const float alpha = @RESCALE(mo|mn|exp2f(dm))@;
-  const fusor_fq_v vmn = fusor_fq_set1(mn);
+  const fusor_fq_v vvs = fusor_fq_set1(vs), vmn = fusor_fq_set1(mn);
   fusor_fq_v ls0 = fusor_fq_zero(), ls1 = fusor_fq_zero();
-  for (j = 0; j + 2 * FUSOR_FQ_W <= n; j += 2 * FUSOR_FQ_W) {
+  int64_t j = 0;
+  for (; j + 2 * FUSOR_FQ_W <= n; j += 2 * FUSOR_FQ_W) {
     const fusor_fq_v e0 = fusor_fq_exp2(fusor_fq_fms(fusor_fq_loadf(s + j), vvs, vmn));
     const fusor_fq_v e1 = fusor_fq_exp2(fusor_fq_fms(fusor_fq_loadf(s + j + FUSOR_FQ_W), vvs, vmn));
     fusor_fq_storef(s + j, e0);
@@ -349,7 +359,9 @@ std::string zmm_vocabulary(const StorageLoad& ld) {
   s += "#define fusor_fq_zero _mm512_setzero_ps\n#define fusor_fq_set1 _mm512_set1_ps\n";
   s += "#define fusor_fq_fma _mm512_fmadd_ps\n#define fusor_fq_fms _mm512_fmsub_ps\n";
   s += "#define fusor_fq_add _mm512_add_ps\n#define fusor_fq_max _mm512_max_ps\n";
+  s += "#define fusor_fq_min _mm512_min_ps\n";
   s += "#define fusor_fq_hsum _mm512_reduce_add_ps\n#define fusor_fq_hmax _mm512_reduce_max_ps\n";
+  s += "#define fusor_fq_hmin _mm512_reduce_min_ps\n";
   s += "#define fusor_fq_blend _mm512_mask_blend_ps /* (m, a, b): b where m, else a */\n";
   s += "#define fusor_fq_keep _mm512_maskz_mov_ps  /* (m, v): v where m, else 0 */\n";
   return s + "#define fusor_fq_exp2 fusor_exp2f16\n";
@@ -384,9 +396,11 @@ std::string ymm_vocabulary(const StorageLoad& ld) {
   s += "FUSOR_FQ_INLINE float fusor_fq_hsum(fusor_fq_v v) {\n"
        "  __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));\n"
        "  h = _mm_add_ps(h, _mm_movehl_ps(h, h));\n  return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));\n}\n";
-  s += "FUSOR_FQ_INLINE float fusor_fq_hmax(fusor_fq_v v) {\n"
-       "  __m128 h = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));\n"
-       "  h = _mm_max_ps(h, _mm_movehl_ps(h, h));\n  return _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));\n}\n";
+  s += "#define fusor_fq_min _mm256_min_ps\n";
+  for (const std::string op : {"max", "min"})
+    s += "FUSOR_FQ_INLINE float fusor_fq_h" + op + "(fusor_fq_v v) {\n  __m128 h = _mm_" + op +
+         "_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));\n  h = _mm_" + op +
+         "_ps(h, _mm_movehl_ps(h, h));\n  return _mm_cvtss_f32(_mm_" + op + "_ss(h, _mm_movehdup_ps(h)));\n}\n";
   s += "FUSOR_FQ_INLINE fusor_fq_v fusor_fq_blend(fusor_fq_m m, fusor_fq_v a, fusor_fq_v b) {\n"
        "  return m == 8 ? b : _mm256_blendv_ps(a, b, _mm256_castsi256_ps(fusor_fq_lanes(m)));\n}\n";
   s += "FUSOR_FQ_INLINE fusor_fq_v fusor_fq_keep(fusor_fq_m m, fusor_fq_v v) {\n"
@@ -396,8 +410,8 @@ std::string ymm_vocabulary(const StorageLoad& ld) {
 
 } // namespace
 
-bool attention_reads_few_queries(const AttentionRegion& r, const Tuning& tuning) {
-  return tuning.fq > 0 && attention_softmax_in_base2(r);
+bool attention_reads_few_queries(const Tuning& tuning) {
+  return tuning.fq > 0 && softmax_exp_is_expf(); // (any scale, K layout and storage)
 }
 
 std::string attention_vector_source(const StorageLoad& ld, bool avx2) {

@@ -222,18 +222,20 @@ std::string amx_special_fixup(const GemmPlan& plan, const StorageLoad& ld, const
 
 std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning& tuning);
 std::string attention_body(const AttentionRegion& region, const StorageLoad& ld, const Tuning& tuning);
-// Whether attention's softmax runs as 2^(s·scale·log2 e - m): scale > 0 and the op table spells
-// its e^d as expf (x86_simd_attention.cpp).
+// Whether the op table spells softmax's e^d as expf, so that it may run as 2^(d·log2 e)
+// (x86_simd_attention.cpp); and whether the AVX-512 and AMX lanes' flash loop does (scale > 0:
+// its max rule takes the raw scores' max). The vector vocabulary's step (below) takes any scale.
+bool softmax_exp_is_expf();
 bool attention_softmax_in_base2(const AttentionRegion& region);
 // Attention's vector vocabulary (x86_simd_attention_few.cpp): a few dozen vector words
 // (fusor_fq_*) on zmm or (avx2) ymm registers, and the base-2 online-softmax step of one row
-// written over them (fusor_softmax_step); the few-query path's and the x86_avx2 lane's flash
-// loop's.
+// written over them (fusor_softmax_step, any scale); the few-query path's and, where
+// softmax_exp_is_expf(), the x86_avx2 lane's flash loop's.
 std::string attention_vector_source(const StorageLoad& ld, bool avx2);
-// The few-query path (x86_simd_attention_few.cpp): whether a kernel has it (a base-2 softmax;
-// any lane, storage and K layout), its functions over the vocabulary above, and the kernel's
+// The few-query path (x86_simd_attention_few.cpp): whether a kernel has it (softmax's e^d
+// spelled expf; any lane, storage, K layout and scale), its functions over the vocabulary above, and the kernel's
 // first statement, which takes calls with at most tuning.fq query rows per head.
-bool attention_reads_few_queries(const AttentionRegion& region, const Tuning& tuning);
+bool attention_reads_few_queries(const Tuning& tuning);
 std::string attention_few_queries_source(const AttentionRegion& region, const StorageLoad& ld);
 std::string attention_few_queries_dispatch(const AttentionRegion& region, const Tuning& tuning);
 // The x86_amx lane's attention pieces (x86_amx_attention.cpp), in attention_body's loops:
@@ -271,7 +273,7 @@ std::string avx2_attention_v_source(bool f32);
 std::string avx2_attention_pack_v(const StorageLoad& ld);
 std::string avx2_transpose8_source();
 std::string avx2_attention_pack_k_f32();
-std::string avx2_attention_softmax_row(const AttentionRegion& region);
+std::string avx2_attention_softmax_row();
 std::string avx2_attention_pv(bool causal);
 std::string norm_chain_body(const NormChainRegion& region, bool avx2);
 // (avx2: no AVX-512 instruction; the 16-lane path gives way to the compiler-vectorised loop.)

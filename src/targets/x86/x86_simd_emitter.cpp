@@ -247,9 +247,9 @@ Expected<KernelSource> emit_lane(const Region& region, const EmitOptions& option
   if (!tuning.avx2 && (gemm_kind || kind == RegionKind::attention || vector_math))
     head += codegen::render_avx512_math_helpers(codegen::c99_avx512_dialect());
   const auto* attention = std::get_if<AttentionRegion>(&region);
-  const bool few_queries = attention && simd::attention_reads_few_queries(*attention, tuning);
+  const bool few_queries = attention && simd::attention_reads_few_queries(tuning);
   // (The x86_avx2 lane's flash loop takes the vocabulary's softmax step where it is base 2.)
-  const bool vector_words = few_queries || (attention && tuning.avx2 && simd::attention_softmax_in_base2(*attention));
+  const bool vector_words = few_queries || (attention && tuning.avx2 && simd::softmax_exp_is_expf());
   if (tuning.avx2 && (vector_math || vector_words))
     head += codegen::render_avx2_math_helpers(codegen::c99_avx2_dialect());
   if (attention) head += simd::attention_pv_source(*attention, ld, tuning);

@@ -102,12 +102,16 @@ static void fusor_pv(int tile_rows, int64_t j0, int64_t j1, const float* restric
 // the items would not keep every thread busy twice over.
 constexpr int kQueryBlocks = 4, kAmxQueryBlocks = 16;
 
+namespace {
+
 // Whether the x86_avx2 lane's score kernel reads whole f32 query blocks where they lie
 // (fusor_ukr_q, rows D floats apart) instead of a packed copy: a causal S = 512 call spent
 // 3 % of its time packing them.
 bool attention_reads_q_in_place(const AttentionRegion& r, const StorageLoad& ld, const Tuning& tuning) {
   return tuning.avx2 && ld.dtype == DType::f32 && !r.q_transposed();
 }
+
+} // namespace
 
 std::string attention_pv_source(const AttentionRegion& r, const StorageLoad& ld, const Tuning& tuning) {
   std::string s = "#define FUSOR_NB " + std::to_string(tuning.nb) + "\n";

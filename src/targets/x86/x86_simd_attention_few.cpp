@@ -233,8 +233,8 @@ static void fusor_fq_item(int R, const float* restrict qb, int64_t Dq, const fus
   }
 }
 /* The whole call: items (KV head, group of R rows, key split); with several splits a second
-   pass merges each row's partial states. vs = scale * log2 e (> 0). causal: top-left, so query
-   m sees keys 0..m (an item is then one row, its keys cut at m + 1). */
+   pass merges each row's partial states. vs = scale * log2 e (either sign). causal: top-left,
+   so query m sees keys 0..m (an item is then one row, its keys cut at m + 1). */
 static int fusor_attention_few(const fusor_fq_t* restrict Q, const fusor_fq_t* restrict K, const fusor_fq_t* restrict V,
                                float* restrict out, int64_t batch, int64_t heads, int64_t kv_heads, int64_t M,
                                int64_t Nk, int64_t D, int64_t Dv, float vs, int causal, int q_transposed) {

@@ -233,8 +233,9 @@ bool attention_softmax_in_base2(const AttentionRegion& region);
 // softmax_exp_is_expf(), the x86_avx2 lane's flash loop's.
 std::string attention_vector_source(const StorageLoad& ld, bool avx2);
 // The few-query path (x86_simd_attention_few.cpp): whether a kernel has it (softmax's e^d
-// spelled expf; any lane, storage, K layout and scale), its functions over the vocabulary above, and the kernel's
-// first statement, which takes calls with at most tuning.fq query rows per head.
+// spelled expf; any lane, storage, K layout and scale), its functions over the vocabulary
+// above, and the kernel's first statement, which takes calls with at most tuning.fq query rows
+// per head.
 bool attention_reads_few_queries(const Tuning& tuning);
 std::string attention_few_queries_source(const AttentionRegion& region, const StorageLoad& ld);
 std::string attention_few_queries_dispatch(const AttentionRegion& region, const Tuning& tuning);
@@ -265,8 +266,8 @@ std::string online_softmax_rescale(const std::string& exp_dm);
 // kernel's base). The rows' steps above and the few-query path's merge of key splits.
 std::string rescale_factor(const std::string& from, const std::string& to, const std::string& exp_diff);
 // The x86_avx2 lane's attention pieces (x86_avx2_attention.cpp), in attention_body's loops:
-// where P·V reads V (in place, or packed: FUSOR_VPANEL(head, panel), rows ldv apart), packing V of
-// every KV head into 32-column panels, an 8 x 8 register transpose and the f32 K
+// where P·V reads V (in place, or packed: FUSOR_VPANEL(head, panel), rows ldv apart),
+// packing V of every KV head into 32-column panels, an 8 x 8 register transpose and the f32 K
 // panels packed through it, one row's online-softmax step, and the block's P·V through
 // fusor_ukr.
 std::string avx2_attention_v_source(bool f32);

@@ -248,7 +248,8 @@ Expected<KernelSource> emit_lane(const Region& region, const EmitOptions& option
     head += codegen::render_avx512_math_helpers(codegen::c99_avx512_dialect());
   const auto* attention = std::get_if<AttentionRegion>(&region);
   const bool few_queries = attention && simd::attention_reads_few_queries(tuning);
-  // (The x86_avx2 lane's flash loop takes the vocabulary's softmax step where it is base 2.)
+  // (The x86_avx2 lane's flash loop takes the vocabulary's softmax step where the table's e^d is
+  // expf.)
   const bool vector_words = few_queries || (attention && tuning.avx2 && simd::softmax_exp_is_expf());
   if (tuning.avx2 && (vector_math || vector_words))
     head += codegen::render_avx2_math_helpers(codegen::c99_avx2_dialect());

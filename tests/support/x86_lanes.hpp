@@ -210,10 +210,11 @@ inline ProblemShape elementwise(Shape shape) {
 
 // f32 B [K, N] on lane `name`: a block's first A panel packs B's whole panels as its tiles read
 // them (fusor_ukr_pack, bfuse=1) instead of a packing pass before them, and with bnext=1 (the
-// default) a panel's later tiles pack the next panel (fusor_ukr_copy); 16-bit or transposed B
-// keeps the pass. The same products in the same order: the bits of bfuse=0, on blocks with edge
-// panels (N = 300), first A panels short of a tile (M = 9: packed by the pass), blocks of three
-// tiles (M = 45), K blocks, both gated products and a narrow B read in place (N = 200), each
+// default) a panel's later tiles pack the next panel, or the next two (bcopy=2), a share of the
+// rows each (fusor_ukr_copy); 16-bit or transposed B keeps the pass. The same products in the
+// same order: the bits of bfuse=0, on blocks with edge panels (N = 300), first A panels short of
+// a tile (M = 9: packed by the pass), blocks of three tiles (M = 45), K blocks, both gated
+// products, odd and even panel counts per thread and a narrow B read in place (N = 200), each
 // also against the reference.
 inline void expect_b_packed_by_first_tiles(std::string_view name) {
   const auto source = [&](const Region& region, const char* bfuse, const char* bnext = "1") {
@@ -230,15 +231,18 @@ inline void expect_b_packed_by_first_tiles(std::string_view name) {
     EXPECT_EQ(source(region, "0").find("fusor_ukr_pack("), std::string::npos) << name << print_region(region);
     EXPECT_NE(source(region, "1").find("fusor_ukr_copy(kc, ain"), std::string::npos) << name << print_region(region);
     EXPECT_EQ(source(region, "1", "0").find("fusor_ukr_copy("), std::string::npos) << name << print_region(region);
+    // Gated panels (16 columns of each weight) are copied two at a time unless told otherwise.
+    const bool two = region_kind(region) == RegionKind::gated;
+    EXPECT_EQ(source(region, "1").find("t1 = p_lo + 1 + cg * 2;") != std::string::npos, two) << name;
   }
   EXPECT_EQ(source(region_of("fused { epilogue = [bias]; storage = bf16 }"), "1").find("fusor_ukr_pack("),
             std::string::npos);
   EXPECT_EQ(source(region_of("matmul { transpose_b = true }"), "1").find("fusor_ukr_pack("), std::string::npos);
   const auto run = [&](const Region& region, const std::vector<Tensor>& operands, const char* bfuse, const char* kc,
-                       const char* bnext = "1") {
+                       const char* bnext = "1", const char* bcopy = "0") {
     ExecuteOptions o;
     o.candidate = x86_candidate(region_kind(region), name);
-    o.emit.options = {{"bfuse", bfuse}, {"kc", kc}, {"serial", "0"}, {"bnext", bnext}};
+    o.emit.options = {{"bfuse", bfuse}, {"kc", kc}, {"serial", "0"}, {"bnext", bnext}, {"bcopy", bcopy}};
     o.reference_fallback = false;
     return execute_on_target(x86(), region, operands, o);
   };
@@ -251,10 +255,12 @@ inline void expect_b_packed_by_first_tiles(std::string_view name) {
       auto pass = run(region, operands, "0", kc);
       auto tiles = run(region, operands, "1", kc);
       auto first_tiles = run(region, operands, "1", kc, "0");
-      ASSERT_TRUE(pass.ok() && tiles.ok() && first_tiles.ok()) << name << print_region(region);
+      auto one_copy = run(region, operands, "1", kc, "1", "1"), two_copies = run(region, operands, "1", kc, "1", "2");
+      ASSERT_TRUE(pass.ok() && tiles.ok() && first_tiles.ok() && one_copy.ok() && two_copies.ok())
+          << name << print_region(region);
       EXPECT_EQ(tiles->tag, name);
       EXPECT_TRUE(tiles->verified);
-      for (const auto* packed : {&*tiles, &*first_tiles})
+      for (const auto* packed : {&*tiles, &*first_tiles, &*one_copy, &*two_copies})
         EXPECT_EQ(std::memcmp(pass->output.data.data(), packed->output.data.data(), 4 * pass->output.data.size()), 0)
             << name << print_region(region) << " M=" << dims.M << " N=" << dims.N << " K=" << dims.K;
       auto ref = evaluate_reference(region, operands);

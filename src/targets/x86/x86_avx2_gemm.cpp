@@ -97,11 +97,12 @@ std::string avx2_packing_ukr(int mr, int ahead) {
 
 // fusor_ukr_copy's ymm tile (x86_simd_common.hpp): each half copies its 16-column run of the
 // rows (the first half from src, the second from src2).
-std::string avx2_copying_ukr(int mr) {
+std::string avx2_copying_ukr(int mr, int cw) {
   const std::vector<CopyRun> runs{{"cs", "h"}};
+  const std::string CW = std::to_string(cw);
   return avx2_tile(mr, "fusor_ukr_copy", copying_ukr_params(),
-                   "    const float* restrict cs = h == 0 ? src : src2;\n" + copy_setup(runs, "    "),
-                   strided_b_step("32") + copy_step(runs, true, "        "), packed_a(mr));
+                   "    const float* restrict cs = h == 0 ? src : src2;\n" + copy_setup(runs, CW, "    "),
+                   strided_b_step("32") + copy_step(runs, CW, true, "        "), packed_a(mr));
 }
 
 std::string avx2_micro_kernel_source(int mr, int ksub) {

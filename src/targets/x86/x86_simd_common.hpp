@@ -62,6 +62,12 @@ struct Tuning {
   // by its first tile (0: every panel by its first tile, fusor_ukr_pack, which then waits on
   // B's rows: 17 % of a gated call's time for 6 % of its products on Zen 5).
   int bnext = 1;
+  // With bnext: panels copied per visit of a row of B (1 or 2; 0: 2 for gated regions, whose
+  // panels hold 16 columns of each weight, else 1). B's rows are N floats apart, so each visit
+  // touches a new page: gated panels two at a time read 128 contiguous bytes of each weight
+  // per visit, as other panels do, and halve the page walks that stall the copies (Ice Lake,
+  // gated 512 x 768 -> 2048: 1.5-2 % of the time; 32-column panels two at a time: 0-2 % slower).
+  int bcopy = 0;
   // Attention with at most fq query rows per head takes the few-query path (K and V read in
   // place: x86_simd_attention_few.cpp); 0 sends every call through the flash loop. 8: against
   // the flash loop on Zen 5 (H = 32, Nk = 2048, D = 128) M = 4 / 8 / 16 took 0.36 / 0.61 /
@@ -115,7 +121,7 @@ std::string avx2_packed_ukr(int rows, int mr, const std::string& name);
 std::string avx2_direct_ukr(int rows, const std::string& name);
 // (x86_avx2_gemm.cpp) fusor_ukr_pack's ymm tile: B read in place and packed as it is used.
 std::string avx2_packing_ukr(int mr, int ahead);
-std::string avx2_copying_ukr(int mr);
+std::string avx2_copying_ukr(int mr, int cw);
 // The same tile as `fusor_ukr_rows`, whose A is row-major with rows FUSOR_NB floats apart
 // (attention's probabilities): a[r * FUSOR_NB + k], and B's rows ldb floats apart.
 std::string avx2_rows_kernel_source(int mr);
@@ -157,11 +163,12 @@ bool gemm_reads_in_place(const GemmPlan& plan, const StorageLoad& ld, const Tuni
 // `fusor_ukr_pack(kc, a, b, b2, ldb, bp, c, ldc, cin, ldin)` is fusor_ukr's tile with B's 32
 // columns read where they lie (b[k * ldb + j] for j < 16, b2[k * ldb + j - 16] after) and
 // stored packed to bp on the way, its rows prefetched pack_ahead rows early.
-// With `copies` (gemm_copies_next_panel), `fusor_ukr_copy(kc, a, b, src, src2, lds, dst, n, c,
-// ldc, cin, ldin)` is fusor_ukr's tile that also copies n rows of another panel's two 16-column
-// runs (src[j * lds ..] and src2[j * lds ..] to dst[j * 32 ..] and dst[j * 32 + 16 ..]), one
-// row every kc / n steps, each prefetched kCopyAhead copies earlier.
-std::string edge_tiles_source(int mr, bool avx2, bool in_place, int pack_ahead, bool copies);
+// With `copy_cw` > 0 (gemm_copies_next_panel; B's columns per panel), `fusor_ukr_copy(kc, a, b,
+// src, src2, lds, dst, dst2, n, c, ldc, cin, ldin)` is fusor_ukr's tile that also copies n rows
+// of another panel's two 16-column runs (src[j * lds ..] and src2[j * lds ..] to dst[j * 32 ..]
+// and dst[j * 32 + 16 ..]) and, with dst2, the next panel's (copy_cw columns further) to dst2,
+// one row every kc / n steps, each prefetched kCopyAhead copies earlier.
+std::string edge_tiles_source(int mr, bool avx2, bool in_place, int pack_ahead, int copy_cw);
 // Whether the first A panel's tiles of a block of B's panels pack B (Tuning::bfuse): f32
 // B [K, N] on the zmm and ymm tiles.
 bool gemm_packs_in_tiles(const GemmPlan& plan, const StorageLoad& ld, const Tuning& tuning);
@@ -178,8 +185,8 @@ struct CopyRun {
   std::string from, to;
 };
 std::string copying_ukr_params();
-std::string copy_setup(const std::vector<CopyRun>& runs, const std::string& indent);
-std::string copy_step(const std::vector<CopyRun>& runs, bool avx2, const std::string& indent);
+std::string copy_setup(const std::vector<CopyRun>& runs, const std::string& cw, const std::string& indent);
+std::string copy_step(const std::vector<CopyRun>& runs, const std::string& cw, bool avx2, const std::string& indent);
 // The x86_amx lane (x86_amx_gemm.cpp): bf16 parts an operand needs to be exact (f32 or any
 // prologue: 3; f16: 2; bf16: 1); the head (FUSOR_MR 32, part splitting, tile permission and
 // configuration, `fusor_amx_ukr` with fusor_ukr's contract on packed bf16 panels); the

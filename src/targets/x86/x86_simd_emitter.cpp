@@ -50,7 +50,7 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
     const auto res = std::from_chars(value.data(), value.data() + value.size(), v);
     const bool number = res.ec == std::errc{} && res.ptr == value.data() + value.size();
     // Which tiles a knob belongs to. The AMX tile is 32 rows; `exact` and `overlap` are AMX's;
-    // `stream` is the streaming kinds' and `bpf`, `ksub`, `epf`, `bfuse` and `bnext` the zmm
+    // `stream` is the streaming kinds' and `bpf`, `ksub`, `epf`, `bfuse`, `bnext` and `bcopy` the zmm
     // and ymm tiles' (AMX's packing prefetches its own way; its tiles sum in their own order
     // and keep their own epilogue); `fq` is attention's few-query path, on zmm or ymm registers
     // in all three lanes.
@@ -63,14 +63,21 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
       On on;
       int hi_avx2 = -1;
     };
-    static constexpr Knob kKnobs[] = {
-        {"mr", &simd::Tuning::mr, 4, 14, On::vector, 6},        {"kc", &simd::Tuning::kc, 16, 1 << 16, On::any},
-        {"mc", &simd::Tuning::mc, 1, 1 << 16, On::any},         {"nb", &simd::Tuning::nb, 32, 4096, On::any},
-        {"serial", &simd::Tuning::serial, 0, 1 << 30, On::any}, {"exact", &simd::Tuning::exact, 0, 1, On::amx},
-        {"overlap", &simd::Tuning::overlap, 0, 1, On::amx},     {"stream", &simd::Tuning::stream, 0, 2, On::vector},
-        {"bpf", &simd::Tuning::bpf, 0, 256, On::vector},        {"ksub", &simd::Tuning::ksub, 0, 1 << 16, On::vector},
-        {"epf", &simd::Tuning::epf, 0, 1, On::vector},          {"bfuse", &simd::Tuning::bfuse, 0, 1, On::vector},
-        {"bnext", &simd::Tuning::bnext, 0, 1, On::vector},      {"fq", &simd::Tuning::fq, 0, 64, On::any}};
+    static constexpr Knob kKnobs[] = {{"mr", &simd::Tuning::mr, 4, 14, On::vector, 6},
+                                      {"kc", &simd::Tuning::kc, 16, 1 << 16, On::any},
+                                      {"mc", &simd::Tuning::mc, 1, 1 << 16, On::any},
+                                      {"nb", &simd::Tuning::nb, 32, 4096, On::any},
+                                      {"serial", &simd::Tuning::serial, 0, 1 << 30, On::any},
+                                      {"exact", &simd::Tuning::exact, 0, 1, On::amx},
+                                      {"overlap", &simd::Tuning::overlap, 0, 1, On::amx},
+                                      {"stream", &simd::Tuning::stream, 0, 2, On::vector},
+                                      {"bpf", &simd::Tuning::bpf, 0, 256, On::vector},
+                                      {"ksub", &simd::Tuning::ksub, 0, 1 << 16, On::vector},
+                                      {"epf", &simd::Tuning::epf, 0, 1, On::vector},
+                                      {"bfuse", &simd::Tuning::bfuse, 0, 1, On::vector},
+                                      {"bnext", &simd::Tuning::bnext, 0, 1, On::vector},
+                                      {"bcopy", &simd::Tuning::bcopy, 0, 2, On::vector},
+                                      {"fq", &simd::Tuning::fq, 0, 64, On::any}};
     const Knob* knob = nullptr;
     std::string names;
     for (const Knob& k : kKnobs) {
@@ -242,7 +249,7 @@ Expected<KernelSource> emit_lane(const Region& region, const EmitOptions& option
   if (plan && !tuning.amx)
     head += simd::edge_tiles_source(tuning.mr, tuning.avx2, simd::gemm_reads_in_place(*plan, ld, tuning),
                                     simd::gemm_packs_in_tiles(*plan, ld, tuning) ? tuning.bpf : -1,
-                                    simd::gemm_copies_next_panel(*plan, ld, tuning));
+                                    simd::gemm_copies_next_panel(*plan, ld, tuning) ? (plan->gate ? 16 : 32) : 0);
   const bool vector_math = kind == RegionKind::pointwise || kind == RegionKind::norm_chain;
   if (!tuning.avx2 && (gemm_kind || kind == RegionKind::attention || vector_math))
     head += codegen::render_avx512_math_helpers(codegen::c99_avx512_dialect());

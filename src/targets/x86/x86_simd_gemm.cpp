@@ -38,33 +38,45 @@ std::string omp_parallel(const std::string& work, const std::string& rest) {
 
 std::string copying_ukr_params() {
   return "const float* restrict a, const float* restrict b, const float* restrict src, const float* restrict src2, "
-         "int64_t lds, float* restrict dst, int64_t n";
+         "int64_t lds, float* restrict dst, float* restrict dst2, int64_t n";
 }
 
-std::string copy_setup(const std::vector<CopyRun>& runs, const std::string& I) {
+// The line ends a copied row's runs span: both ends of the first panel's 16 columns, and with
+// dst2 those of the second panel's, `cw` columns to the right.
+std::vector<std::string> copy_ends(const std::string& cw) { return {"", " + 15", " + " + cw, " + " + cw + " + 15"}; }
+
+std::string copy_setup(const std::vector<CopyRun>& runs, const std::string& cw, const std::string& I) {
   // (The first copy comes cpevery steps in, not at once: its row was prefetched by the
   // previous tile's last copies or by the prefetches below, which need the time.)
-  std::string s =
-      I + "const int64_t cpevery = n > 0 && kc / n > 0 ? kc / n : 1;\n" + I + "int64_t cpj = 0, cpcnt = cpevery;\n";
+  std::string s = I + "const int64_t cpevery = n > 0 && kc / n > 0 ? kc / n : 1;\n" + I +
+                  "int64_t cpj = 0, cpcnt = cpevery;\n" + I + "const int cpends = dst2 ? 4 : 2;\n";
   for (int r = 0; r < kCopyAhead; ++r)
-    for (const CopyRun& run : runs)
-      for (const char* end : {"", " + 15"})
-        s += I + "_mm_prefetch((const char*)(" + run.from + " + " + std::to_string(r) + " * lds" + end +
-             "), _MM_HINT_T0);\n";
+    for (const CopyRun& run : runs) {
+      const auto ends = copy_ends(cw);
+      for (size_t e = 0; e < ends.size(); ++e)
+        s += I + (e < 2 ? "" : "if (cpends > 2) ") + "_mm_prefetch((const char*)(" + run.from + " + " +
+             std::to_string(r) + " * lds" + ends[e] + "), _MM_HINT_T0);\n";
+    }
   return s;
 }
 
-std::string copy_step(const std::vector<CopyRun>& runs, bool avx2, const std::string& I) {
+std::string copy_step(const std::vector<CopyRun>& runs, const std::string& cw, bool avx2, const std::string& I) {
   const std::string A = std::to_string(kCopyAhead);
+  const auto copy16 = [&](const std::string& to, const std::string& from) {
+    return avx2 ? "{ _mm256_storeu_ps(" + to + ", _mm256_loadu_ps(" + from + ")); _mm256_storeu_ps(" + to +
+                      " + 8, _mm256_loadu_ps(" + from + " + 8)); }\n"
+                : "_mm512_storeu_ps(" + to + ", _mm512_loadu_ps(" + from + "));\n";
+  };
   std::string s = I + "if (--cpcnt == 0) {\n" + I + "  cpcnt = cpevery;\n" + I + "  if (cpj < n) {\n";
   for (const CopyRun& run : runs) {
-    const std::string from = run.from + " + cpj * lds", to = "dst + cpj * 32 + " + run.to;
-    s += avx2 ? I + "    _mm256_storeu_ps(" + to + ", _mm256_loadu_ps(" + from + "));\n" + I + "    _mm256_storeu_ps(" +
-                    to + " + 8, _mm256_loadu_ps(" + from + " + 8));\n"
-              : I + "    _mm512_storeu_ps(" + to + ", _mm512_loadu_ps(" + from + "));\n";
-    // (Both ends: a run off a cache line spans two.)
-    for (const char* end : {"", " + 15"})
-      s += I + "    _mm_prefetch((const char*)(" + run.from + " + (cpj + " + A + ") * lds" + end + "), _MM_HINT_T0);\n";
+    const std::string from = run.from + " + cpj * lds", to = " + cpj * 32 + " + run.to;
+    s += I + "    " + copy16("dst" + to, from);
+    s += I + "    if (dst2) " + copy16("dst2" + to, from + " + " + cw);
+    // (Both ends of each run: a run off a cache line spans two.)
+    const auto ends = copy_ends(cw);
+    for (size_t e = 0; e < ends.size(); ++e)
+      s += I + "    " + (e < 2 ? "" : "if (cpends > 2) ") + "_mm_prefetch((const char*)(" + run.from + " + (cpj + " +
+           A + ") * lds" + ends[e] + "), _MM_HINT_T0);\n";
   }
   return s + I + "    ++cpj;\n" + I + "  }\n" + I + "}\n";
 }
@@ -156,11 +168,12 @@ std::string avx512_packing_ukr(int mr, int ahead) {
 
 // fusor_ukr_copy's zmm tile (x86_simd_common.hpp): the two 16-column runs of each copied row
 // from src and src2.
-std::string avx512_copying_ukr(int mr) {
+std::string avx512_copying_ukr(int mr, int cw) {
   const std::vector<CopyRun> runs{{"src", "0"}, {"src2", "16"}};
-  return avx512_tile(mr, "fusor_ukr_copy", copying_ukr_params(), copy_setup(runs, "  "),
+  const std::string CW = std::to_string(cw);
+  return avx512_tile(mr, "fusor_ukr_copy", copying_ukr_params(), copy_setup(runs, CW, "  "),
                      "    const __m512 b0 = _mm512_loadu_ps(b + k * 32), b1 = _mm512_loadu_ps(b + k * 32 + 16);\n" +
-                         packed_a_step(mr) + copy_step(runs, false, "    "),
+                         packed_a_step(mr) + copy_step(runs, CW, false, "    "),
                      packed_a_at, "");
 }
 
@@ -216,9 +229,9 @@ std::string rows_dispatch(int mr, const std::string& dispatch, const std::string
 
 } // namespace
 
-std::string edge_tiles_source(int mr, bool avx2, bool in_place, int pack_ahead, bool copies) {
+std::string edge_tiles_source(int mr, bool avx2, bool in_place, int pack_ahead, int copy_cw) {
   std::string s = pack_ahead < 0 ? "" : (avx2 ? avx2_packing_ukr(mr, pack_ahead) : avx512_packing_ukr(mr, pack_ahead));
-  if (copies) s += avx2 ? avx2_copying_ukr(mr) : avx512_copying_ukr(mr);
+  if (copy_cw > 0) s += avx2 ? avx2_copying_ukr(mr, copy_cw) : avx512_copying_ukr(mr, copy_cw);
   for (int n : {8, 4, 2, 1})
     if (n < mr)
       s += avx2 ? avx2_packed_ukr(n, mr, "fusor_ukr" + std::to_string(n))
@@ -628,17 +641,29 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
          "              const float* bin = bp + (p - pb) * kc * 32;\n";
   const bool copies_next = gemm_copies_next_panel(plan, ld, tuning);
   if (copies_next) {
-    // The next panel, when whole, is packed by this panel's full tiles q >= 1, a piece of its
-    // rows each (fusor_ukr_copy), into its slot of bp (a ring of NBP panels); its own first
-    // tile then need not pack it.
+    // The next panels, when whole, are packed by earlier panels' full tiles q >= 1, a piece of
+    // their rows each (fusor_ukr_copy), into their slots of bp (a ring of NBP panels); their own
+    // first tiles then need not pack them. CPW adjacent panels are copied per visit of a row
+    // of B (Tuning::bcopy): the item's first panel copies the next CPW whole; after it each
+    // group of CPW is copied by the CPW panels before it, a 1 / CPW share of the rows each, so
+    // the slots written are never the ones read (NBP >= 2 CPW).
+    const std::string CPW = std::to_string(tuning.bcopy > 0 ? tuning.bcopy : gated ? 2 : 1);
     s += "              const int64_t nf = fuse ? mrows / FUSOR_MR : 0;\n";
-    s += "              const int copying = nf > 1 && q > 0 && q < nf && p + 1 < p_hi && (p + 2) * " + CW + " <= N;\n";
-    s += "              const int64_t k0n = copying ? (q - 1) * kc / (nf - 1) : 0;\n";
-    s += "              const int64_t kn = copying ? q * kc / (nf - 1) - k0n : 0;\n";
-    s += "              float* restrict bnext = bp + ((p + 1 - p_lo) % NBP) * kc * 32 + k0n * 32;\n";
-    s += "              const float* bnsrc = copying ? B + (pc + k0n) * N + c0 + " + CW + " : B;\n";
+    s += "              const int64_t rel = p - p_lo, cg = rel == 0 ? 0 : (rel - 1) / " + CPW +
+         " + 1, cpart = rel == 0 ? 0 : (rel - 1) % " + CPW + ";\n";
+    s += "              const int64_t crow0 = rel == 0 ? 0 : cpart * kc / " + CPW +
+         ", crow1 = rel == 0 ? kc : (cpart + 1) * kc / " + CPW + ";\n";
+    s += "              const int64_t t1 = p_lo + 1 + cg * " + CPW + ";\n";
+    s += "              const int whole1 = t1 < p_hi && (t1 + 1) * " + CW + " <= N;\n";
+    s += "              const int whole2 = " + CPW + " > 1 && whole1 && t1 + 1 < p_hi && (t1 + 2) * " + CW + " <= N;\n";
+    s += "              const int copying = nf > 1 && q > 0 && q < nf && whole1;\n";
+    s += "              const int64_t k0n = copying ? crow0 + (q - 1) * (crow1 - crow0) / (nf - 1) : 0;\n";
+    s += "              const int64_t kn = copying ? crow0 + q * (crow1 - crow0) / (nf - 1) - k0n : 0;\n";
+    s += "              float* restrict bnext = bp + ((t1 - p_lo) % NBP) * kc * 32 + k0n * 32;\n";
+    s += "              float* restrict bnext2 = whole2 ? bp + ((t1 + 1 - p_lo) % NBP) * kc * 32 + k0n * 32 : NULL;\n";
+    s += "              const float* bnsrc = copying ? B + (pc + k0n) * N + t1 * " + CW + " : B;\n";
     s += "              const float* bnsrc2 = copying ? " +
-         std::string(gated ? "B2 + (pc + k0n) * N + c0 + 16" : "bnsrc + 16") + " : B;\n";
+         std::string(gated ? "B2 + (pc + k0n) * N + t1 * 16" : "bnsrc + 16") + " : B;\n";
   }
   // In place: A's rows from the operand; B's whole panels too (an edge panel was packed).
   if (in_place)
@@ -648,7 +673,7 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
   const auto call = [&](const std::string& args) {
     std::string packed = ukr + args + ");\n";
     if (copies_next)
-      packed = "if (copying) fusor_ukr_copy(kc, ain, bin, bnsrc, bnsrc2, N, bnext, kn, " + args +
+      packed = "if (copying) fusor_ukr_copy(kc, ain, bin, bnsrc, bnsrc2, N, bnext, bnext2, kn, " + args +
                ");\n                else " + packed;
     // (With copies_next a panel after the item's first was packed by the one before when the
     // block has two full tiles.)

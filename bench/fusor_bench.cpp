@@ -339,9 +339,9 @@ Result bench_fused(const std::string& name, std::int64_t M, std::int64_t N, std:
   also_base_lane(region, operands, k, k2, fns, names);
   const float* A = operands[0].data.data();
   const float* B = operands[1].data.data();
+#ifdef FUSOR_BENCH_ONEDNN
   const float* bias = operands[2].data.data();
   const float* res = residual ? operands[3].data.data() : nullptr;
-#ifdef FUSOR_BENCH_ONEDNN
   std::vector<float> c1(static_cast<size_t>(M * N));
   using namespace dnnl;
   post_ops po;

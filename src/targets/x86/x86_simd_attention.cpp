@@ -270,18 +270,21 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   s += "      for (int b_ = 0; b_ < " + std::string(amx ? "2" : "1") +
        "; ++b_) memset(sp + b_ * spn + FUSOR_MR * NB, 0, sizeof(float) * (size_t)((MRP - FUSOR_MR) * NB));\n    }\n";
   if (causal) {
-    // Causal items grow with their query block: within a head the last blocks go first, so the
-    // dynamic schedule ends on the last head's small items instead of one thread finishing a
-    // large one alone. Heads one after another: the threads' consecutive items read the same
-    // head's K and V, which stay in cache between them. (Largest blocks of every head first, as
-    // before run ap: on Ice Lake S = 2048 took 1.16x the time at D = 128 and 1.04x at D = 64 on
-    // the zmm tiles, 1.4x and 1.08x on the ymm tiles; S = 512, whose K and V fit L2, the same
-    // within 6 %, as on Zen 5 in run ak.)
+    // Causal items grow with their query block: the last blocks go first, so the dynamic
+    // schedule ends on small items instead of one thread finishing a large one alone. The
+    // vector lanes take the heads one after another (largest block first within a head): the
+    // threads' consecutive items read the same head's K and V, which stay in cache between
+    // them. With the largest blocks of every head first, as before run ap, Ice Lake took 1.16x
+    // the time at S = 2048 D = 128 and 1.04x at D = 64 on the zmm tiles, 1.4x and 1.08x on the
+    // ymm tiles, the lent AMX host 1.04-1.05x on zmm and 1.12-1.13x on ymm; S = 512, whose K
+    // and V fit L2, within 8 %. The AMX lane keeps every head's largest blocks first: head after
+    // head its tiles took 1.00x the time at D = 128 and 1.03x at D = 64.
     s += "    const int64_t nqb = fusor_cdiv(M, qs * FUSOR_MR);\n";
     s += "    #pragma omp for schedule(dynamic, 1)\n";
     s += "    for (int64_t item = 0; item < nbh * nqb; ++item) {\n";
     s += "      if (!(" + scratch_ok + ")) continue;\n";
-    s += "      const int64_t bh = item / nqb, q0 = (nqb - 1 - item % nqb) * qs * FUSOR_MR, qn = qs;\n";
+    s += amx ? "      const int64_t bh = item % nbh, q0 = (nqb - 1 - item / nbh) * qs * FUSOR_MR, qn = qs;\n"
+             : "      const int64_t bh = item / nqb, q0 = (nqb - 1 - item % nqb) * qs * FUSOR_MR, qn = qs;\n";
   } else {
     // Items claimed guided-style from the (head, query block) sequence: up to qs blocks within
     // one head, but no more than a (2 x threads)th of what is left, so the last items are small

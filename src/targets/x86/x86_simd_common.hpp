@@ -65,8 +65,9 @@ struct Tuning {
   // With bnext: panels copied per visit of a row of B (1 or 2; 0: 2 for gated regions, whose
   // panels hold 16 columns of each weight, else 1). B's rows are N floats apart, so each visit
   // touches a new page: gated panels two at a time read 128 contiguous bytes of each weight
-  // per visit, as other panels do, and halve the page walks that stall the copies (Ice Lake,
-  // gated 512 x 768 -> 2048: 1.5-2 % of the time; 32-column panels two at a time: 0-2 % slower).
+  // per visit, as other panels do, and halve the page walks that stall the copies (gated 512 x
+  // 768 -> 2048: 0.91-1.00x the time on Ice Lake, 0.98x on the lent host; 32-column panels two
+  // at a time: 1.00-1.02x).
   int bcopy = 0;
   // Attention with at most fq query rows per head takes the few-query path (K and V read in
   // place: x86_simd_attention_few.cpp); 0 sends every call through the flash loop. 8: against

@@ -655,7 +655,8 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
          ", crow1 = rel == 0 ? kc : (cpart + 1) * kc / " + CPW + ";\n";
     s += "              const int64_t t1 = p_lo + 1 + cg * " + CPW + ";\n";
     s += "              const int whole1 = t1 < p_hi && (t1 + 1) * " + CW + " <= N;\n";
-    s += "              const int whole2 = " + CPW + " > 1 && whole1 && t1 + 1 < p_hi && (t1 + 2) * " + CW + " <= N;\n";
+    s += "              const int whole2 = " +
+         (CPW == "1" ? std::string("0") : "whole1 && t1 + 1 < p_hi && (t1 + 2) * " + CW + " <= N") + ";\n";
     s += "              const int copying = nf > 1 && q > 0 && q < nf && whole1;\n";
     s += "              const int64_t k0n = copying ? crow0 + (q - 1) * (crow1 - crow0) / (nf - 1) : 0;\n";
     s += "              const int64_t kn = copying ? crow0 + q * (crow1 - crow0) / (nf - 1) - k0n : 0;\n";

@@ -7,6 +7,7 @@
 #include <regex>
 #include <sstream>
 
+#include "fusor/model_exec.hpp"
 #include "fusor/model_run.hpp"
 #include "fusor/onnx_import.hpp"
 #include "support/compare.hpp"
@@ -30,6 +31,11 @@ TEST(ModelRun, EmbeddedTransformerBlockRunsFusedAndMatchesTheUnfusedPath) {
   EXPECT_NE(report.find("norm_chain"), std::string::npos) << report;
   EXPECT_NE(report.find("matmul + bias + gelu_erf"), std::string::npos) << report;
   EXPECT_NE(report.find("matmul + bias + residual"), std::string::npos) << report;
+  // The report names every target the arbiter chose among, not one as if every region ran there.
+  std::string names;
+  for (const auto& t : dispatch_target_names()) names += (names.empty() ? "" : ", ") + t;
+  EXPECT_NE(report.find((dispatch_target_names().size() > 1 ? "targets: " : "target: ") + names), std::string::npos)
+      << report;
   // Fused and unfused outputs agree to f32 rounding of a 64-wide block.
   std::smatch m;
   ASSERT_TRUE(std::regex_search(report, m, std::regex(R"(max \|fused - unfused\| = ([0-9.e+-]+))"))) << report;

@@ -15,8 +15,11 @@ namespace fusor {
 
 // Runs one region on the best available target (reference fallback when it declines).
 Expected<RunOutput> dispatch_region(const Region& region, std::span<const Tensor> operands);
-// The target dispatch_region uses: the first available non-host target, else x86.
+// The first available non-host target, else x86: where a region goes when no lane says.
 const Target* dispatch_target();
+// Every available target's name, accelerators first: the arbiter behind dispatch_region
+// picks each region's lane among all of them.
+std::vector<std::string> dispatch_target_names();
 
 struct RegionRun {
   size_t region = 0; // index into Discovery::regions

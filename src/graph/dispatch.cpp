@@ -30,6 +30,17 @@ const Target* dispatch_target() {
   return host;
 }
 
+std::vector<std::string> dispatch_target_names() {
+  std::vector<std::string> names, host;
+  const Registry& reg = builtin_registry();
+  for (const auto& name : reg.target_names()) {
+    const Target* t = reg.target(name);
+    if (t && t->available()) (name == "x86" ? host : names).push_back(name);
+  }
+  names.insert(names.end(), host.begin(), host.end());
+  return names;
+}
+
 Expected<RunOutput> dispatch_region(const Region& region, std::span<const Tensor> operands) {
   ArbiterOptions options;
   options.progress = false;

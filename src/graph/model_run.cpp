@@ -199,11 +199,17 @@ int run_model(const ModelRunOptions& o, std::ostream& out, std::ostream& err) {
   auto types = infer_value_types(g);
   if (!types) return fail(types.error());
   const Discovery d = discover_regions(g, *types);
-  const Target* target = dispatch_target();
+  const std::vector<std::string> targets = dispatch_target_names();
+  std::string target_list;
+  for (const auto& t : targets) target_list += (target_list.empty() ? "" : ", ") + t;
 
   out << "model: " << name << ": " << g.inputs.size() << " input(s), " << g.outputs.size() << " output(s), "
       << g.nodes.size() << " ops after import\n";
-  out << "target: " << (target ? target->name : std::string("none (reference evaluator)")) << "; " << d.regions.size()
+  // The arbiter picks each region's lane among every available target; naming only one
+  // read as if every region ran there.
+  out << (targets.size() > 1 ? "targets: " : "target: ")
+      << (targets.empty() ? std::string("none (reference evaluator)") : target_list)
+      << (targets.size() > 1 ? " (the arbiter picks each region's lane)" : "") << "; " << d.regions.size()
       << " region(s), " << d.unfused.size() << " op(s) left to native kernels\n";
   std::vector<std::string> reference_ops;
   for (const auto& node : g.nodes)

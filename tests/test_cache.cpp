@@ -17,6 +17,7 @@
 #include "fusor/cache.hpp"
 #include "fusor/log.hpp"
 #include "fusor/toolchain.hpp"
+#include "support/scoped_env.hpp"
 
 using namespace fusor;
 namespace fs = std::filesystem;
@@ -169,28 +170,13 @@ TEST_F(CacheTest, CreatesMissingDirsPrivate) {
 }
 
 TEST_F(CacheTest, DefaultDirFollowsEnvironmentOrder) {
-  auto save = [](const char* n) -> std::optional<std::string> {
-    const char* v = std::getenv(n);
-    return v ? std::optional<std::string>(v) : std::nullopt;
-  };
-  auto restore = [](const char* n, const std::optional<std::string>& v) {
-    if (v)
-      ::setenv(n, v->c_str(), 1);
-    else
-      ::unsetenv(n);
-  };
-  const auto fcd = save("FUSOR_CACHE_DIR"), xdg = save("XDG_CACHE_HOME"), home = save("HOME");
-  ::setenv("FUSOR_CACHE_DIR", "/tmp/fusor-explicit", 1);
-  ::setenv("XDG_CACHE_HOME", "/tmp/xdg", 1);
-  ::setenv("HOME", "/tmp/home", 1);
+  std::optional<fusor::testing::ScopedEnv> fcd(std::in_place, "FUSOR_CACHE_DIR", "/tmp/fusor-explicit");
+  const fusor::testing::ScopedEnv xdg("XDG_CACHE_HOME", "/tmp/xdg"), home("HOME", "/tmp/home");
   auto d1 = DiskCache::default_dir();
   ::unsetenv("FUSOR_CACHE_DIR");
   auto d2 = DiskCache::default_dir();
   ::unsetenv("XDG_CACHE_HOME");
   auto d3 = DiskCache::default_dir();
-  restore("FUSOR_CACHE_DIR", fcd);
-  restore("XDG_CACHE_HOME", xdg);
-  restore("HOME", home);
   ASSERT_TRUE(d1.ok() && d2.ok() && d3.ok());
   EXPECT_EQ(*d1, fs::path("/tmp/fusor-explicit"));
   EXPECT_EQ(*d2, fs::path("/tmp/xdg/fusor"));
@@ -199,7 +185,7 @@ TEST_F(CacheTest, DefaultDirFollowsEnvironmentOrder) {
   // open() without a dir uses FUSOR_CACHE_DIR.
   ::setenv("FUSOR_CACHE_DIR", dir_.c_str(), 1);
   auto c = DiskCache::open();
-  restore("FUSOR_CACHE_DIR", fcd);
+  fcd.reset();
   ASSERT_TRUE(c.ok()) << c.error().str();
   EXPECT_EQ(c->dir(), dir_);
 }

@@ -12,32 +12,14 @@
 #include <unistd.h>
 
 #include "fusor/toolchain.hpp"
+#include "support/scoped_env.hpp"
 
 using namespace fusor;
 namespace fs = std::filesystem;
 
 namespace {
 
-// Sets an environment variable for one scope.
-class ScopedEnv {
-public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    if (const char* v = std::getenv(name)) old_ = v;
-    ::setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() {
-    if (old_)
-      ::setenv(name_, old_->c_str(), 1);
-    else
-      ::unsetenv(name_);
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
-private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using fusor::testing::ScopedEnv;
 
 std::size_t count_lines(const fs::path& p) {
   std::ifstream in(p);

@@ -14,6 +14,7 @@
 
 #include "fusor/sandbox.hpp"
 #include "fusor/toolchain.hpp"
+#include "support/scoped_env.hpp"
 
 using namespace fusor;
 namespace fs = std::filesystem;
@@ -22,28 +23,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-class ScopedEnv {
-public:
-  ScopedEnv(const char* name, const std::optional<std::string>& value) : name_(name) {
-    if (const char* v = std::getenv(name)) old_ = v;
-    if (value)
-      ::setenv(name, value->c_str(), 1);
-    else
-      ::unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (old_)
-      ::setenv(name_, old_->c_str(), 1);
-    else
-      ::unsetenv(name_);
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
-private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using fusor::testing::ScopedEnv;
 
 // Every kernel below sees in = operands[0] (f32), n = dims[0], and a per-call flag dims[1].
 constexpr const char* kPrelude = "#include <stdint.h>\n#include <stdlib.h>\n"

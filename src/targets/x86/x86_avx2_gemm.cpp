@@ -120,7 +120,7 @@ std::string avx2_direct_ukr(int rows, const std::string& name) {
 
 // Attention's scores from whole query blocks where they lie (fusor_ukr_q): as fusor_ukr_direct,
 // and a panel holding at most 16 keys the block sees (the causal diagonal's, a ragged last one)
-// computes only their half: a causal S = 512 call spent 1.5 % of its time on the other half.
+// computes only their half (causal S = 512 on Ice Lake: 0.97x the time at D = 128, 1.00x at 64).
 std::string avx2_scores_ukr(int rows, const std::string& name) {
   return avx2_tile(
       rows, name, "const float* restrict a, int64_t lda, const float* restrict b, int64_t ldb", "",

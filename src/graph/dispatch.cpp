@@ -17,17 +17,10 @@ Arbiter& model_arbiter() {
 
 } // namespace
 
-// The target named in model reports: an accelerator when one is available, else x86.
+// The first of dispatch_target_names(): an accelerator when one is available, else x86.
 const Target* dispatch_target() {
-  const Registry& reg = builtin_registry();
-  const Target* host = nullptr;
-  for (const auto& name : reg.target_names()) {
-    const Target* t = reg.target(name);
-    if (!t || !t->available()) continue;
-    if (name != "x86") return t;
-    host = t;
-  }
-  return host;
+  const auto names = dispatch_target_names();
+  return names.empty() ? nullptr : builtin_registry().target(names.front());
 }
 
 std::vector<std::string> dispatch_target_names() {

@@ -113,18 +113,13 @@ std::string avx2_micro_kernel_source(int mr, int ksub) {
 }
 
 // fusor_ukr_direct's ymm tile (x86_simd_common.hpp): six rows or fewer keep a pointer each.
-std::string avx2_direct_ukr(int rows, const std::string& name) {
-  return avx2_tile(rows, name, "const float* restrict a, int64_t lda, const float* restrict b, int64_t ldb", "",
-                   strided_b_step("ldb"), [](const std::string& r) { return "a + " + r + " * lda + k"; });
-}
-
-// Attention's scores from whole query blocks where they lie (fusor_ukr_q): as fusor_ukr_direct,
-// and a panel holding at most 16 keys the block sees (the causal diagonal's, a ragged last one)
+// With `halves` (attention's scores, fusor_ukr_q) it takes the columns to compute, 16 or 32: a
+// panel holding at most 16 keys the block sees (the causal diagonal's, a ragged last one)
 // computes only their half (causal S = 512 on Ice Lake: 0.97x the time at D = 128, 1.00x at 64).
-std::string avx2_scores_ukr(int rows, const std::string& name) {
+std::string avx2_direct_ukr(int rows, const std::string& name, bool halves) {
   return avx2_tile(
       rows, name, "const float* restrict a, int64_t lda, const float* restrict b, int64_t ldb", "",
-      strided_b_step("ldb"), [](const std::string& r) { return "a + " + r + " * lda + k"; }, true);
+      strided_b_step("ldb"), [](const std::string& r) { return "a + " + r + " * lda + k"; }, halves);
 }
 
 // Attention's P·V reads the probabilities where the softmax left them, rows FUSOR_NB floats

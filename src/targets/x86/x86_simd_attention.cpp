@@ -119,7 +119,7 @@ std::string attention_pv_source(const AttentionRegion& r, const StorageLoad& ld,
   // (The AVX2 lane's P·V is its GEMM micro-kernel reading P's rows in place.)
   s += avx2_rows_kernel_source(tuning.mr);
   if (ld.dtype == DType::f32 && !r.k_transposed()) s += avx2_transpose8_source();
-  if (attention_reads_q_in_place(r, ld, tuning)) s += avx2_scores_ukr(tuning.mr, "fusor_ukr_q");
+  if (attention_reads_q_in_place(r, ld, tuning)) s += avx2_direct_ukr(tuning.mr, "fusor_ukr_q", true);
   return s;
 }
 
@@ -488,7 +488,7 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
     if (q_in_place) {
       s += "        if (i0 + FUSOR_MR <= M)\n";
       s += "          for (int64_t pb = 0; pb < fusor_cdiv(nbk, 32); ++pb)\n";
-      // A panel of at most 16 keys the block sees computes only their half (avx2_scores_ukr).
+      // A panel of at most 16 keys the block sees computes only their half (avx2_direct_ukr).
       s += "            fusor_ukr_q(D, qh + i0 * D, D, kpb + pb * D * 32, 32, sp + pb * 32, NB, NULL, 0,\n";
       s += "                        nbk - pb * 32 <= 16 ? 16 : 32);\n";
       s += "        else\n";

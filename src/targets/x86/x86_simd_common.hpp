@@ -119,10 +119,9 @@ std::string micro_kernel_source(int mr, int ksub);
 std::string avx2_micro_kernel_source(int mr, int ksub);
 // (x86_avx2_gemm.cpp) The ymm tiles of `rows` rows: A packed [kc][mr], or read in place.
 std::string avx2_packed_ukr(int rows, int mr, const std::string& name);
-std::string avx2_direct_ukr(int rows, const std::string& name);
-// (x86_avx2_gemm.cpp) Attention's score tile read in place, computing the first nc (16 or 32) of its
-// columns.
-std::string avx2_scores_ukr(int rows, const std::string& name);
+// With `halves` the read-in-place tile takes a last parameter nc and computes only its first nc
+// (16 or 32) columns.
+std::string avx2_direct_ukr(int rows, const std::string& name, bool halves = false);
 // (x86_avx2_gemm.cpp) fusor_ukr_pack's ymm tile: B read in place and packed as it is used.
 std::string avx2_packing_ukr(int mr, int ahead);
 std::string avx2_copying_ukr(int mr, int cw);

@@ -54,6 +54,13 @@ void expect_matches_reference(const Region& region, const ProblemShape& dims, st
 const std::map<std::string, std::string> kSmallBlocks = {{"kc", "16"}, {"mc", "8"}, {"mr", "4"}, {"serial", "0"}};
 const std::int64_t kRagged[] = {1, 7, 17, 129};
 
+// Threads out of items take panels of a late thread's last K block
+// (testing::expect_late_thread_panels_taken).
+TEST(X86Avx2, LateThreadsPanelsAreTaken) {
+  REQUIRE_AVX2();
+  testing::expect_late_thread_panels_taken("x86_avx2");
+}
+
 // f32 B [K, N]: a block's first A panel packs B as its tiles read it (bfuse=1;
 // testing::expect_b_packed_by_first_tiles).
 TEST(X86Avx2, GemmPacksBInItsFirstTiles) {

@@ -225,6 +225,13 @@ TEST(X86Simd, NarrowGemmReadsOperandsInPlace) {
     EXPECT_EQ(source(text).find("fusor_ukr_direct("), std::string::npos) << text;
 }
 
+// Threads out of items take panels of a late thread's last K block
+// (testing::expect_late_thread_panels_taken).
+TEST(X86Simd, LateThreadsPanelsAreTaken) {
+  REQUIRE_AVX512();
+  testing::expect_late_thread_panels_taken("x86_avx512");
+}
+
 TEST(X86Simd, KBlocksSumFromZero) {
   REQUIRE_AVX512();
   testing::expect_k_blocks_sum_from_zero("x86_avx512");

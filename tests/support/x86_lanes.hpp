@@ -7,10 +7,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "fusor/operand_gen.hpp"
@@ -268,6 +270,68 @@ inline void expect_b_packed_by_first_tiles(std::string_view name) {
       EXPECT_TRUE(all_close(tiles->output, *ref, storage_atol(region)))
           << name << print_region(region) << " M=" << dims.M << " N=" << dims.N << " K=" << dims.K;
     }
+}
+
+// Lane `name`'s GEMMs share out the tail (steal=1, the default): a thread out of items takes
+// half of the unclaimed panels of another's last K block. Thread 0 starting 5 ms late (lag)
+// makes the others take its panels, in every split: panels between threads (N > M, one K
+// block), rows with several K blocks (a thief packs the victim's A block), gated partial sums,
+// a narrow B read in place, a 16-bit residual. The output is bit for bit the static split's
+// (steal=0): a panel taken before its earlier K blocks were summed would differ. Regions with
+// a row reduction keep the static split (their rows are reduced by the item).
+inline void expect_late_thread_panels_taken(std::string_view name) {
+  const auto source = [&](const char* text, const char* steal) {
+    EmitOptions o;
+    o.options = {{"steal", steal}};
+    const Region region = region_of(text);
+    auto src = x86_candidate(region_kind(region), name)->emit(region, o);
+    EXPECT_TRUE(src.ok()) << src.error().str();
+    return src.ok() ? src->source : std::string();
+  };
+  const char* taking = "__atomic_compare_exchange_n(left + victim";
+  for (const char* text : {"fused { epilogue = [bias, gelu] }", "gated { gate_act = silu }", "matmul { }"}) {
+    EXPECT_NE(source(text, "1").find(taking), std::string::npos) << name << " " << text;
+    EXPECT_EQ(source(text, "0").find(taking), std::string::npos) << name << " " << text;
+  }
+  EXPECT_EQ(source("fused { epilogue = [bias]; reduction = rmsnorm }", "1").find(taking), std::string::npos);
+  if (std::thread::hardware_concurrency() < 2)
+    std::printf("note: one hardware thread, so no thread is left to take panels (checked for equality only)\n");
+  const auto run = [&](const Region& region, const std::vector<Tensor>& operands,
+                       std::map<std::string, std::string> knobs) {
+    return execute_on_target(x86(), region, operands, lane_options_on(name, region_kind(region), std::move(knobs)));
+  };
+  struct Case {
+    const char* text;
+    ProblemShape dims;
+    std::map<std::string, std::string> knobs;
+  };
+  const std::vector<Case> cases = {
+      {"fused { epilogue = [bias, gelu] }", gemm(40, 1000, 100), {}},
+      {"fused { prologue = [relu]; epilogue = [bias]; residual = true }", gemm(300, 200, 300), {{"kc", "64"}}},
+      {"fused { epilogue = [bias]; residual = true; storage = bf16 }",
+       gemm(129, 300, 129),
+       {{"kc", "40"}, {"mc", "16"}}},
+      {"gated { gate_act = silu }", gemm(60, 700, 129), {{"kc", "40"}}},
+      {"matmul { }", gemm(100, 200, 100), {}},
+      {"fused { epilogue = [bias, gelu]; b_layout = col_major }", gemm(200, 130, 90), {{"kc", "32"}}},
+  };
+  for (const Case& c : cases) {
+    const Region region = region_of(c.text);
+    const auto operands = make_operands(region, c.dims, 41, 0.5);
+    auto knobs = c.knobs;
+    knobs["steal"] = "0";
+    auto fixed = run(region, operands, knobs);
+    knobs["steal"] = "1", knobs["lag"] = "5000";
+    auto taken = run(region, operands, knobs);
+    ASSERT_TRUE(fixed.ok() && taken.ok()) << name << " " << c.text;
+    EXPECT_EQ(taken->tag, name);
+    EXPECT_TRUE(taken->verified) << name << " " << c.text;
+    EXPECT_EQ(std::memcmp(fixed->output.data.data(), taken->output.data.data(), 4 * fixed->output.data.size()), 0)
+        << name << " " << c.text << " M=" << c.dims.M << " N=" << c.dims.N << " K=" << c.dims.K;
+    auto ref = evaluate_reference(region, operands);
+    ASSERT_TRUE(ref.ok()) << ref.error().str();
+    EXPECT_TRUE(all_close(taken->output, *ref, storage_atol(region))) << name << " " << c.text;
+  }
 }
 
 // On the causal diagonal a key masked for one query is visible to a later one in the same

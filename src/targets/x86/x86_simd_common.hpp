@@ -75,6 +75,11 @@ struct Tuning {
   // 0.70x the time, with 8 query heads per KV head 0.60 / 0.92 / 0.99x; at Nk = 256 M = 8 the
   // same, M = 32 1.3x.
   int fq = 8;
+  // GEMM-rooted kinds on the zmm and ymm tiles (no row reduction): threads out of items take
+  // panels of others' last K blocks (steal_items in x86_simd_gemm.cpp; 0: the static split).
+  int steal = 1;
+  // Test knob, with steal: thread 0 starts its items this many microseconds late.
+  int lag = 0;
 };
 
 // `#pragma omp parallel<rest>` that runs on the calling thread alone while `work` (an

@@ -77,7 +77,9 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
                                       {"bfuse", &simd::Tuning::bfuse, 0, 1, On::vector},
                                       {"bnext", &simd::Tuning::bnext, 0, 1, On::vector},
                                       {"bcopy", &simd::Tuning::bcopy, 0, 2, On::vector},
-                                      {"fq", &simd::Tuning::fq, 0, 64, On::any}};
+                                      {"fq", &simd::Tuning::fq, 0, 64, On::any},
+                                      {"steal", &simd::Tuning::steal, 0, 1, On::vector},
+                                      {"lag", &simd::Tuning::lag, 0, 1000000, On::vector}};
     const Knob* knob = nullptr;
     std::string names;
     for (const Knob& k : kKnobs) {

@@ -484,6 +484,63 @@ std::string pack_b(const GemmPlan& plan, const StorageLoad& ld, bool avx2, bool 
   return s;
 }
 
+// The GEMM's work loop when threads share out the tail (gemm_body). A static split waits for
+// its slowest thread, and threads are not equally fast: on the Ice Lake VM the two threads'
+// busy time per call differed by 4-15 %, either one slower by turns. Each thread runs its
+// static share of the items; in an item's last K block its panels are claimed a few at a time
+// from `left` (first panel and past-the-end, one word), and a thread out of items takes half
+// of the unclaimed panels of the item with the most, packing that item's A block itself. Only
+// last K blocks are shared: an earlier block's sums must be done before the next adds to them.
+// A thief that finds nothing waits while an owner may still publish one.
+std::string steal_items(const Tuning& tuning) {
+  std::string s;
+  s += "    int me = 0;\n#ifdef _OPENMP\n    me = omp_get_thread_num();\n#endif\n";
+  s += "    const int64_t nitems = nib * npc;\n";
+  s += "    #pragma omp single\n    {\n";
+  s += "      left = (uint64_t*)calloc((size_t)nitems, sizeof(uint64_t));\n";
+  s += "      if (!left) failed = 1;\n    }\n";
+  if (tuning.lag > 0) {
+    // (Test knob: thread 0 starts late, so the others must take its panels.)
+    s += "#ifdef _OPENMP\n    if (me == 0) {\n";
+    s += "      const double until = omp_get_wtime() + " + std::to_string(tuning.lag) + " * 1e-6;\n";
+    s += "      while (omp_get_wtime() < until) _mm_pause();\n    }\n#endif\n";
+  }
+  s += "    int64_t own = me * nitems / nt, held_i0 = -1, held_pc = -1;\n";
+  s += "    const int64_t own_end = (me + 1) * nitems / nt, pc_last = K > KC ? (fusor_cdiv(K, KC) - 1) * KC : 0;\n";
+  s += "    const int able = ap && bp && left;\n";
+  s += "    int idle = 0;\n";
+  s += "    for (;;) {\n";
+  s += "      int64_t item, p_lo, p_hi, pc0 = 0;\n";
+  s += "      uint64_t* word = NULL;\n";
+  s += "      if (able && own < own_end) {\n";
+  s += "        item = own++, word = left + item;\n";
+  s += "        p_lo = (item / nib) * ppc, p_hi = p_lo + ppc < np ? p_lo + ppc : np;\n";
+  s += "      } else {\n";
+  s += "        if (!idle) {\n          idle = 1;\n          #pragma omp atomic update\n          finished += 1;\n";
+  s += "        }\n        if (!able) break;\n";
+  s += "        int64_t victim = -1, most = 0;\n";
+  s += "        for (int64_t v = 0; v < nitems; ++v) {\n";
+  s += "          const uint64_t w = __atomic_load_n(left + v, __ATOMIC_ACQUIRE);\n";
+  s += "          const int64_t n = (int64_t)(w >> 32) - (int64_t)(uint32_t)w;\n";
+  s += "          if (n > most) most = n, victim = v;\n        }\n";
+  s +=
+      "        if (victim < 0) {\n          int done;\n          #pragma omp atomic read\n          done = finished;\n";
+  s += "          if (done == nt) break;\n          _mm_pause();\n          continue;\n        }\n";
+  s += "        uint64_t w = __atomic_load_n(left + victim, __ATOMIC_ACQUIRE);\n";
+  s += "        int64_t lo, hi, take = 0;\n";
+  s += "        do {\n";
+  s += "          lo = (int64_t)(uint32_t)w, hi = (int64_t)(w >> 32);\n";
+  s += "          if (lo >= hi) break;\n";
+  s += "          take = (hi - lo + 1) / 2;\n";
+  s +=
+      "        } while (!__atomic_compare_exchange_n(left + victim, &w, (uint64_t)lo | (uint64_t)(hi - take) << 32, 0, "
+      "__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE));\n";
+  s += "        if (lo >= hi) continue;\n";
+  s += "        item = victim, p_lo = hi - take, p_hi = hi, pc0 = pc_last;\n";
+  s += "      }\n";
+  return s;
+}
+
 } // namespace
 
 std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning& tuning) {
@@ -528,7 +585,10 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
     s += "  if (K > KC) {\n    part = (float*)fusor_scratch(0, sizeof(float) * (size_t)M * (size_t)np * 32);\n";
     s += "    if (!part) return 2;\n  }\n";
   }
+  // Threads that finish their items early take panels of others' last K blocks (steal_items).
+  const bool steals = !amx && !plan.reduction && tuning.steal != 0;
   s += "  int failed = 0;\n";
+  if (steals) s += "  uint64_t* left = NULL;\n  int finished = 0;\n";
   s += "  " + omp_parallel("M * N * K") + "\n  {\n";
   s += "    int nt = 1;\n#ifdef _OPENMP\n    nt = omp_get_num_threads();\n#endif\n";
   // Work items are (row block, panel chunk). B is packed by the thread that uses it, a few
@@ -573,27 +633,58 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
   }
   s += "    float tile[FUSOR_MR * 32] __attribute__((aligned(64)));\n";
   s += "    if (!ap || !bp) {\n      #pragma omp atomic write\n      failed = 1;\n    }\n";
-  s += "    #pragma omp for schedule(static)\n";
-  s += "    for (int64_t item = 0; item < nib * npc; ++item) {\n";
-  s += "      if (!ap || !bp) continue;\n";
+  if (steals) {
+    s += steal_items(tuning);
+  } else {
+    s += "    #pragma omp for schedule(static)\n";
+    s += "    for (int64_t item = 0; item < nib * npc; ++item) {\n";
+    s += "      if (!ap || !bp) continue;\n";
+  }
   s += "      const int64_t i0 = (item % nib) * mc, mrows = M - i0 < mc ? M - i0 : mc, iend = i0 + mrows;\n";
-  s += "      const int64_t p_lo = (item / nib) * ppc, p_hi = p_lo + ppc < np ? p_lo + ppc : np;\n";
+  if (!steals) s += "      const int64_t p_lo = (item / nib) * ppc, p_hi = p_lo + ppc < np ? p_lo + ppc : np;\n";
   s += "      const int64_t nq = fusor_cdiv(mrows, FUSOR_MR);\n";
   s += "      if (p_lo >= p_hi) continue;\n";
   if (amx)
     s += "      if (!rf || !cf) continue;\n      memset(rf, 0, (size_t)mc);\n      memset(cf, 0, 4 * (size_t)ppc);\n";
-  s += "      for (int64_t pc = 0; pc == 0 || pc < K; pc += KC) {\n";
+  s += std::string("      for (int64_t pc = ") + (steals ? "pc0" : "0") + "; pc == 0 || pc < K; pc += KC) {\n";
   s += "        const int64_t kc = K - pc < KC ? K - pc : KC;\n";
   s += "        const int first = pc == 0, last = pc + KC >= K;\n";
   if (amx) s += "        const int64_t kcp = fusor_cdiv(kc, 32) * 32;\n";
   if (amx)
     s += amx_pack_a(plan, ld, "        ");
-  else if (in_place)
-    s += "        if (!direct) {\n" + pack_a(plan, ld, tuning.avx2) + "        }\n";
-  else
-    s += pack_a(plan, ld, tuning.avx2);
-  s += "        for (int64_t pb = p_lo; pb < p_hi; pb += NBP) {\n";
-  s += "          const int64_t pn = p_hi - pb < NBP ? p_hi - pb : NBP;\n";
+  else {
+    // (A thief's next panels may be of the row block whose A it holds.)
+    const std::string held = steals ? "(i0 != held_i0 || pc != held_pc)" : "";
+    const std::string cond = in_place ? (steals ? "!direct && " + held : "!direct") : held;
+    s += cond.empty() ? pack_a(plan, ld, tuning.avx2)
+                      : "        if (" + cond + ") {\n" + pack_a(plan, ld, tuning.avx2) + "        }\n";
+    if (steals) s += "        held_i0 = i0, held_pc = pc;\n";
+  }
+  if (steals) {
+    // The owner's last K block: its panels are claimed NBP at a time from `left`, whose far
+    // end thieves take; the claims stay contiguous from p_lo, so the next-panel copies hold.
+    s += "        if (word && last) __atomic_store_n(word, (uint64_t)p_lo | (uint64_t)p_hi << 32, __ATOMIC_RELEASE);\n";
+    s += "        for (int64_t pb = p_lo;; pb += NBP) {\n";
+    s += "          int64_t pn = 0;\n";
+    s += "          if (word && last) {\n";
+    s += "            uint64_t w = __atomic_load_n(word, __ATOMIC_ACQUIRE);\n";
+    s += "            int64_t lo, hi;\n";
+    s += "            do {\n";
+    s += "              lo = (int64_t)(uint32_t)w, hi = (int64_t)(w >> 32);\n";
+    s += "              if (lo >= hi) break;\n";
+    s += "              pn = hi - lo < NBP ? hi - lo : NBP;\n";
+    s += "            } while (!__atomic_compare_exchange_n(word, &w, (uint64_t)(lo + pn) | (uint64_t)hi << 32, 0, "
+         "__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE));\n";
+    s += "            if (lo >= hi) break;\n";
+    s += "            pb = lo, p_hi = hi;\n";
+    s += "          } else {\n";
+    s += "            if (pb >= p_hi) break;\n";
+    s += "            pn = p_hi - pb < NBP ? p_hi - pb : NBP;\n";
+    s += "          }\n";
+  } else {
+    s += "        for (int64_t pb = p_lo; pb < p_hi; pb += NBP) {\n";
+    s += "          const int64_t pn = p_hi - pb < NBP ? p_hi - pb : NBP;\n";
+  }
   if (overlap) {
     // B's panel blocks alternate between two buffers: the first block of a K block is packed
     // alone, each next one between the tile products of the one before.
@@ -763,6 +854,7 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
   }
   if (amx) s += "    _tile_release();\n"; // (no tile state: less to save on a switch)
   s += "  }\n";
+  if (steals) s += "  free(left);\n";
   s += "  return failed ? 2 : 0;\n";
   return s;
 }

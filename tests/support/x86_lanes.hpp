@@ -288,7 +288,7 @@ inline void expect_late_thread_panels_taken(std::string_view name) {
     EXPECT_TRUE(src.ok()) << src.error().str();
     return src.ok() ? src->source : std::string();
   };
-  const char* taking = "__atomic_compare_exchange_n(left + victim";
+  const char* taking = "__atomic_compare_exchange_n(tail + victim";
   for (const char* text : {"fused { epilogue = [bias, gelu] }", "gated { gate_act = silu }", "matmul { }"}) {
     EXPECT_NE(source(text, "1").find(taking), std::string::npos) << name << " " << text;
     EXPECT_EQ(source(text, "0").find(taking), std::string::npos) << name << " " << text;

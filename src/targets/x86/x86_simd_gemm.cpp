@@ -487,18 +487,18 @@ std::string pack_b(const GemmPlan& plan, const StorageLoad& ld, bool avx2, bool 
 // The GEMM's work loop when threads share out the tail (gemm_body). A static split waits for
 // its slowest thread, and threads are not equally fast: on the Ice Lake VM the two threads'
 // busy time per call differed by 4-15 %, either one slower by turns. Each thread runs its
-// static share of the items; in an item's last K block its panels are claimed a few at a time
-// from `left` (first panel and past-the-end, one word), and a thread out of items takes half
-// of the unclaimed panels of the item with the most, packing that item's A block itself. Only
-// last K blocks are shared: an earlier block's sums must be done before the next adds to them.
-// A thief that finds nothing waits while an owner may still publish one.
+// static share of the items; in an item's last K block it publishes the block's panels in its
+// word of `tail` (item + 1 in bits 40-63, past-the-end panel in 20-39, next panel in 0-19) and
+// claims them NBP at a time, and a thread out of items takes half of the unclaimed panels of
+// the word with the most, packing that item's A block itself. Only last K blocks are shared:
+// an earlier block's sums must be done before the next adds to them. A thief that finds
+// nothing waits while an owner may still publish. (Words per thread, zeroed before the
+// parallel region: no barrier, which cost small GEMMs 2-4 % as a `single` allocation.)
 std::string steal_items(const Tuning& tuning) {
   std::string s;
   s += "    int me = 0;\n#ifdef _OPENMP\n    me = omp_get_thread_num();\n#endif\n";
   s += "    const int64_t nitems = nib * npc;\n";
-  s += "    #pragma omp single\n    {\n";
-  s += "      left = (uint64_t*)calloc((size_t)nitems, sizeof(uint64_t));\n";
-  s += "      if (!left) failed = 1;\n    }\n";
+  s += "    const int shares = nt <= FUSOR_TAIL_THREADS && np < (1 << 20) && nitems < (1 << 23);\n";
   if (tuning.lag > 0) {
     // (Test knob: thread 0 starts late, so the others must take its panels.)
     s += "#ifdef _OPENMP\n    if (me == 0) {\n";
@@ -507,36 +507,35 @@ std::string steal_items(const Tuning& tuning) {
   }
   s += "    int64_t own = me * nitems / nt, held_i0 = -1, held_pc = -1;\n";
   s += "    const int64_t own_end = (me + 1) * nitems / nt, pc_last = K > KC ? (fusor_cdiv(K, KC) - 1) * KC : 0;\n";
-  s += "    const int able = ap && bp && left;\n";
+  s += "    const int able = ap && bp;\n";
   s += "    int idle = 0;\n";
   s += "    for (;;) {\n";
   s += "      int64_t item, p_lo, p_hi, pc0 = 0;\n";
   s += "      uint64_t* word = NULL;\n";
   s += "      if (able && own < own_end) {\n";
-  s += "        item = own++, word = left + item;\n";
+  s += "        item = own++, word = shares ? tail + me : NULL;\n";
   s += "        p_lo = (item / nib) * ppc, p_hi = p_lo + ppc < np ? p_lo + ppc : np;\n";
   s += "      } else {\n";
   s += "        if (!idle) {\n          idle = 1;\n          #pragma omp atomic update\n          finished += 1;\n";
-  s += "        }\n        if (!able) break;\n";
+  s += "        }\n        if (!able || !shares) break;\n";
   s += "        int64_t victim = -1, most = 0;\n";
-  s += "        for (int64_t v = 0; v < nitems; ++v) {\n";
-  s += "          const uint64_t w = __atomic_load_n(left + v, __ATOMIC_ACQUIRE);\n";
-  s += "          const int64_t n = (int64_t)(w >> 32) - (int64_t)(uint32_t)w;\n";
+  s += "        for (int64_t v = 0; v < nt; ++v) {\n";
+  s += "          const uint64_t w = __atomic_load_n(tail + v, __ATOMIC_ACQUIRE);\n";
+  s += "          const int64_t n = (int64_t)(w >> 20 & 0xFFFFF) - (int64_t)(w & 0xFFFFF);\n";
   s += "          if (n > most) most = n, victim = v;\n        }\n";
   s +=
       "        if (victim < 0) {\n          int done;\n          #pragma omp atomic read\n          done = finished;\n";
   s += "          if (done == nt) break;\n          _mm_pause();\n          continue;\n        }\n";
-  s += "        uint64_t w = __atomic_load_n(left + victim, __ATOMIC_ACQUIRE);\n";
+  s += "        uint64_t w = __atomic_load_n(tail + victim, __ATOMIC_ACQUIRE);\n";
   s += "        int64_t lo, hi, take = 0;\n";
   s += "        do {\n";
-  s += "          lo = (int64_t)(uint32_t)w, hi = (int64_t)(w >> 32);\n";
+  s += "          lo = (int64_t)(w & 0xFFFFF), hi = (int64_t)(w >> 20 & 0xFFFFF);\n";
   s += "          if (lo >= hi) break;\n";
   s += "          take = (hi - lo + 1) / 2;\n";
-  s +=
-      "        } while (!__atomic_compare_exchange_n(left + victim, &w, (uint64_t)lo | (uint64_t)(hi - take) << 32, 0, "
-      "__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE));\n";
+  s += "        } while (!__atomic_compare_exchange_n(tail + victim, &w, (w & ~(0xFFFFFull << 20)) | (uint64_t)(hi - "
+       "take) << 20, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE));\n";
   s += "        if (lo >= hi) continue;\n";
-  s += "        item = victim, p_lo = hi - take, p_hi = hi, pc0 = pc_last;\n";
+  s += "        item = (int64_t)(w >> 40) - 1, p_lo = hi - take, p_hi = hi, pc0 = pc_last;\n";
   s += "      }\n";
   return s;
 }
@@ -588,7 +587,10 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
   // Threads that finish their items early take panels of others' last K blocks (steal_items).
   const bool steals = !amx && !plan.reduction && tuning.steal != 0;
   s += "  int failed = 0;\n";
-  if (steals) s += "  uint64_t* left = NULL;\n  int finished = 0;\n";
+  if (steals) {
+    s += "  enum { FUSOR_TAIL_THREADS = 256 };\n";
+    s += "  uint64_t tail[FUSOR_TAIL_THREADS] = {0};\n  int finished = 0;\n";
+  }
   s += "  " + omp_parallel("M * N * K") + "\n  {\n";
   s += "    int nt = 1;\n#ifdef _OPENMP\n    nt = omp_get_num_threads();\n#endif\n";
   // Work items are (row block, panel chunk). B is packed by the thread that uses it, a few
@@ -661,19 +663,22 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
     if (steals) s += "        held_i0 = i0, held_pc = pc;\n";
   }
   if (steals) {
-    // The owner's last K block: its panels are claimed NBP at a time from `left`, whose far
-    // end thieves take; the claims stay contiguous from p_lo, so the next-panel copies hold.
-    s += "        if (word && last) __atomic_store_n(word, (uint64_t)p_lo | (uint64_t)p_hi << 32, __ATOMIC_RELEASE);\n";
+    // The owner's last K block: its panels are claimed NBP at a time from its `tail` word,
+    // whose far end thieves take; the claims stay contiguous from p_lo, so the next-panel
+    // copies hold.
+    s += "        if (word && last)\n          __atomic_store_n(word, (uint64_t)(item + 1) << 40 | (uint64_t)p_hi << "
+         "20 | "
+         "(uint64_t)p_lo, __ATOMIC_RELEASE);\n";
     s += "        for (int64_t pb = p_lo;; pb += NBP) {\n";
     s += "          int64_t pn = 0;\n";
     s += "          if (word && last) {\n";
     s += "            uint64_t w = __atomic_load_n(word, __ATOMIC_ACQUIRE);\n";
     s += "            int64_t lo, hi;\n";
     s += "            do {\n";
-    s += "              lo = (int64_t)(uint32_t)w, hi = (int64_t)(w >> 32);\n";
+    s += "              lo = (int64_t)(w & 0xFFFFF), hi = (int64_t)(w >> 20 & 0xFFFFF);\n";
     s += "              if (lo >= hi) break;\n";
     s += "              pn = hi - lo < NBP ? hi - lo : NBP;\n";
-    s += "            } while (!__atomic_compare_exchange_n(word, &w, (uint64_t)(lo + pn) | (uint64_t)hi << 32, 0, "
+    s += "            } while (!__atomic_compare_exchange_n(word, &w, (w & ~0xFFFFFull) | (uint64_t)(lo + pn), 0, "
          "__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE));\n";
     s += "            if (lo >= hi) break;\n";
     s += "            pb = lo, p_hi = hi;\n";
@@ -854,7 +859,6 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
   }
   if (amx) s += "    _tile_release();\n"; // (no tile state: less to save on a switch)
   s += "  }\n";
-  if (steals) s += "  free(left);\n";
   s += "  return failed ? 2 : 0;\n";
   return s;
 }

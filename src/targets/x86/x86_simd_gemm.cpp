@@ -1,6 +1,7 @@
 // GEMM-rooted kinds (fused, matmul, gated) for the AVX-512 lane, brgemm-style. Work items
 // are (row block, panel chunk), split over threads by columns when B is the larger operand,
-// by rows otherwise. Per item and K block (kc):
+// by rows otherwise; threads out of items take panels of others' last K blocks (steal_items).
+// Per item and K block (kc):
 //   pack A (storage -> f32, layout, prologue) into MR-row panels that stay in L2;
 //   for every 4 panels of B: pack them (32 columns each) into a private L2 buffer, then run
 //     the MR x 32 register micro-kernel over every panel x A panel (whole panels of f32 B

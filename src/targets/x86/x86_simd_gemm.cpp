@@ -426,7 +426,7 @@ std::string pack_b(const GemmPlan& plan, const StorageLoad& ld, bool avx2, bool 
   std::string s;
   if (plan.b_trans) {
     s += "          for (int64_t pp = 0; pp < pn; ++pp) {\n";
-    s += "            float* restrict dst = bp + pp * kc * 32;\n";
+    s += "            float* restrict dst = bp + ((pb + pp - p_lo) % NBP) * kc * 32;\n";
     s += "            const int64_t c0 = (pb + pp) * 32, w = N - c0 < 32 ? N - c0 : 32;\n";
     s += "            for (int64_t j = 0; j < w; ++j)\n";
     s += "              for (int64_t k = 0; k < kc; ++k) dst[k * 32 + j] = " + ld.load("B", "(c0 + j) * K + pc + k") +
@@ -450,7 +450,7 @@ std::string pack_b(const GemmPlan& plan, const StorageLoad& ld, bool avx2, bool 
       s += "              }\n";
     }
     s += "            for (int64_t pp = 0; pp < pn; ++pp) {\n";
-    s += "              float* restrict dk = bp + pp * kc * 32 + k * 32;\n";
+    s += "              float* restrict dk = bp + ((pb + pp - p_lo) % NBP) * kc * 32 + k * 32;\n";
     s += "              const int64_t c0 = (pb + pp) * " + CW + ", w = N - c0 < " + CW + " ? N - c0 : " + CW + ";\n";
     // Full panels copy whole vectors (f32 spelled out: GCC turns the copy loop into a
     // memcpy call per row); other storage converts with a constant trip count.
@@ -664,12 +664,13 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
     if (steals) s += "        held_i0 = i0, held_pc = pc;\n";
   }
   if (steals) {
-    // The owner's last K block: its panels are claimed NBP at a time from its `tail` word,
-    // whose far end thieves take; the claims stay contiguous from p_lo, so the next-panel
-    // copies hold.
-    s += "        if (word && last)\n          __atomic_store_n(word, (uint64_t)(item + 1) << 40 | (uint64_t)p_hi << "
-         "20 | "
-         "(uint64_t)p_lo, __ATOMIC_RELEASE);\n";
+    // The owner's last K block: its panels are claimed from its `tail` word, whose far end
+    // thieves take: NBP at a time, or half of what is left when that is less, so the last
+    // panels stay to be taken when an item has few (16 threads at 512 x 2048 x 768: four
+    // each). Claims stay contiguous from p_lo and panels keep their ring slots ((p - p_lo) %
+    // NBP), so the next-panel copies hold.
+    const std::string word_of = "(uint64_t)(item + 1) << 40 | (uint64_t)p_hi << 20 | (uint64_t)p_lo";
+    s += "        if (word && last) __atomic_store_n(word, " + word_of + ", __ATOMIC_RELEASE);\n";
     s += "        for (int64_t pb = p_lo;; pb += NBP) {\n";
     s += "          int64_t pn = 0;\n";
     s += "          if (word && last) {\n";
@@ -678,7 +679,7 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
     s += "            do {\n";
     s += "              lo = (int64_t)(w & 0xFFFFF), hi = (int64_t)(w >> 20 & 0xFFFFF);\n";
     s += "              if (lo >= hi) break;\n";
-    s += "              pn = hi - lo < NBP ? hi - lo : NBP;\n";
+    s += "              pn = (hi - lo + 1) / 2 < NBP ? (hi - lo + 1) / 2 : NBP;\n";
     s += "            } while (!__atomic_compare_exchange_n(word, &w, (w & ~0xFFFFFull) | (uint64_t)(lo + pn), 0, "
          "__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE));\n";
     s += "            if (lo >= hi) break;\n";
@@ -735,7 +736,7 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
          "              const uint16_t* bin = bcur + (p - pb) * FUSOR_NSB * kcp * 32;\n";
   else
     s += "              const float* ain = ap + q * kc * FUSOR_MR;\n"
-         "              const float* bin = bp + (p - pb) * kc * 32;\n";
+         "              const float* bin = bp + ((p - p_lo) % NBP) * kc * 32;\n";
   const bool copies_next = gemm_copies_next_panel(plan, ld, tuning);
   if (copies_next) {
     // The next panels, when whole, are packed by earlier panels' full tiles q >= 1, a piece of

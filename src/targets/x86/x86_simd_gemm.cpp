@@ -485,16 +485,28 @@ std::string pack_b(const GemmPlan& plan, const StorageLoad& ld, bool avx2, bool 
   return s;
 }
 
+// Emitted: `word` (a tail word, steal_items) read into w, lo (next panel) and hi (past the
+// end), then, while panels are left, `count` and a compare-and-swap of w for `next`; after
+// it lo >= hi says none were left.
+std::string claim_panels(const std::string& word, const std::string& count, const std::string& next,
+                         const std::string& I) {
+  return I + "uint64_t w = __atomic_load_n(" + word + ", __ATOMIC_ACQUIRE);\n" + I + "int64_t lo, hi;\n" + I +
+         "do {\n" + I + "  lo = (int64_t)(w & 0xFFFFF), hi = (int64_t)(w >> 20 & 0xFFFFF);\n" + I +
+         "  if (lo >= hi) break;\n" + I + "  " + count + ";\n" + I + "} while (!__atomic_compare_exchange_n(" + word +
+         ", &w, " + next + ", 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE));\n";
+}
+
 // The GEMM's work loop when threads share out the tail (gemm_body). A static split waits for
 // its slowest thread, and threads are not equally fast: on the Ice Lake VM the two threads'
 // busy time per call differed by 4-15 %, either one slower by turns. Each thread runs its
 // static share of the items; in an item's last K block it publishes the block's panels in its
 // word of `tail` (item + 1 in bits 40-63, past-the-end panel in 20-39, next panel in 0-19) and
-// claims them NBP at a time, and a thread out of items takes half of the unclaimed panels of
-// the word with the most, packing that item's A block itself. Only last K blocks are shared:
-// an earlier block's sums must be done before the next adds to them. A thief that finds
-// nothing waits while an owner may still publish. (Words per thread, zeroed before the
-// parallel region: no barrier, which cost small GEMMs 2-4 % as a `single` allocation.)
+// claims them a few at a time (gemm_body), and a thread out of items takes half of the
+// unclaimed panels of the word with the most, packing that item's A block itself. Only last
+// K blocks are shared: an earlier block's sums must be done before the next adds to them. A
+// thief that finds nothing waits while an owner may still publish. (Words per thread, zeroed
+// before the parallel region: no barrier, which cost small GEMMs 2-4 % as a `single`
+// allocation.)
 std::string steal_items(const Tuning& tuning) {
   std::string s;
   s += "    int me = 0;\n#ifdef _OPENMP\n    me = omp_get_thread_num();\n#endif\n";
@@ -527,14 +539,9 @@ std::string steal_items(const Tuning& tuning) {
   s +=
       "        if (victim < 0) {\n          int done;\n          #pragma omp atomic read\n          done = finished;\n";
   s += "          if (done == nt) break;\n          _mm_pause();\n          continue;\n        }\n";
-  s += "        uint64_t w = __atomic_load_n(tail + victim, __ATOMIC_ACQUIRE);\n";
-  s += "        int64_t lo, hi, take = 0;\n";
-  s += "        do {\n";
-  s += "          lo = (int64_t)(w & 0xFFFFF), hi = (int64_t)(w >> 20 & 0xFFFFF);\n";
-  s += "          if (lo >= hi) break;\n";
-  s += "          take = (hi - lo + 1) / 2;\n";
-  s += "        } while (!__atomic_compare_exchange_n(tail + victim, &w, (w & ~(0xFFFFFull << 20)) | (uint64_t)(hi - "
-       "take) << 20, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE));\n";
+  s += "        int64_t take = 0;\n";
+  s += claim_panels("tail + victim", "take = (hi - lo + 1) / 2",
+                    "(w & ~(0xFFFFFull << 20)) | (uint64_t)(hi - take) << 20", "        ");
   s += "        if (lo >= hi) continue;\n";
   s += "        item = (int64_t)(w >> 40) - 1, p_lo = hi - take, p_hi = hi, pc0 = pc_last;\n";
   s += "      }\n";
@@ -674,14 +681,8 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
     s += "        for (int64_t pb = p_lo;; pb += NBP) {\n";
     s += "          int64_t pn = 0;\n";
     s += "          if (word && last) {\n";
-    s += "            uint64_t w = __atomic_load_n(word, __ATOMIC_ACQUIRE);\n";
-    s += "            int64_t lo, hi;\n";
-    s += "            do {\n";
-    s += "              lo = (int64_t)(w & 0xFFFFF), hi = (int64_t)(w >> 20 & 0xFFFFF);\n";
-    s += "              if (lo >= hi) break;\n";
-    s += "              pn = (hi - lo + 1) / 2 < NBP ? (hi - lo + 1) / 2 : NBP;\n";
-    s += "            } while (!__atomic_compare_exchange_n(word, &w, (w & ~0xFFFFFull) | (uint64_t)(lo + pn), 0, "
-         "__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE));\n";
+    s += claim_panels("word", "pn = (hi - lo + 1) / 2 < NBP ? (hi - lo + 1) / 2 : NBP",
+                      "(w & ~0xFFFFFull) | (uint64_t)(lo + pn)", "            ");
     s += "            if (lo >= hi) break;\n";
     s += "            pb = lo, p_hi = hi;\n";
     s += "          } else {\n";

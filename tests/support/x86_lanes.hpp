@@ -210,6 +210,17 @@ inline ProblemShape elementwise(Shape shape) {
   return s;
 }
 
+// The kernel source lane `name` emits for `region` with tuning `options` (empty on failure,
+// which the test reports).
+inline std::string emitted_source(std::string_view name, const Region& region,
+                                  std::map<std::string, std::string> options) {
+  EmitOptions o;
+  o.options = std::move(options);
+  auto src = x86_candidate(region_kind(region), name)->emit(region, o);
+  EXPECT_TRUE(src.ok()) << src.error().str();
+  return src.ok() ? src->source : std::string();
+}
+
 // f32 B [K, N] on lane `name`: a block's first A panel packs B's whole panels as its tiles read
 // them (fusor_ukr_pack, bfuse=1) instead of a packing pass before them, and with bnext=1 (the
 // default) a panel's later tiles pack the next panel, or the next two (bcopy=2), a share of the
@@ -220,11 +231,7 @@ inline ProblemShape elementwise(Shape shape) {
 // also against the reference.
 inline void expect_b_packed_by_first_tiles(std::string_view name) {
   const auto source = [&](const Region& region, const char* bfuse, const char* bnext = "1") {
-    EmitOptions o;
-    o.options = {{"bfuse", bfuse}, {"bnext", bnext}};
-    auto src = x86_candidate(region_kind(region), name)->emit(region, o);
-    EXPECT_TRUE(src.ok()) << src.error().str();
-    return src.ok() ? src->source : std::string();
+    return emitted_source(name, region, {{"bfuse", bfuse}, {"bnext", bnext}});
   };
   const Region fused = region_of("fused { epilogue = [bias, gelu]; residual = true }");
   const Region gated = region_of("gated { gate_act = silu }");
@@ -281,12 +288,7 @@ inline void expect_b_packed_by_first_tiles(std::string_view name) {
 // a row reduction keep the static split (their rows are reduced by the item).
 inline void expect_late_thread_panels_taken(std::string_view name) {
   const auto source = [&](const char* text, const char* steal) {
-    EmitOptions o;
-    o.options = {{"steal", steal}};
-    const Region region = region_of(text);
-    auto src = x86_candidate(region_kind(region), name)->emit(region, o);
-    EXPECT_TRUE(src.ok()) << src.error().str();
-    return src.ok() ? src->source : std::string();
+    return emitted_source(name, region_of(text), {{"steal", steal}});
   };
   const char* taking = "__atomic_compare_exchange_n(tail + victim";
   for (const char* text : {"fused { epilogue = [bias, gelu] }", "gated { gate_act = silu }", "matmul { }"}) {

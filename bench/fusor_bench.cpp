@@ -168,10 +168,17 @@ Kernel make_kernel(const Region& region, const std::vector<Tensor>& operands, co
   return k;
 }
 
-// Medians of interleaved timings: every repetition runs each contender once, in turn.
-// Calls shorter than 0.1 ms are timed in batches (the same count for every contender), so a
-// sample is not mostly the clock's own cost; the medians are per call.
-std::vector<double> time_interleaved(const std::vector<std::function<void()>>& fns, double min_ms) {
+// Interleaved timings: every repetition (round) runs each contender once, in turn. Calls
+// shorter than 0.1 ms are timed in batches (the same count for every contender), so a sample
+// is not mostly the clock's own cost; samples and medians are per call. The samples are kept
+// by round, so a ratio can also be read round by round: two contenders timed next to each
+// other share the machine's phase, which on a noisy host moves both medians.
+struct Timings {
+  std::vector<double> median;               // per contender
+  std::vector<std::vector<double>> samples; // per contender, one per round
+};
+
+Timings time_interleaved(const std::vector<std::function<void()>>& fns, double min_ms) {
   double warm_ms = 0;
   for (int w = 0; w < 2; ++w)
     for (const auto& f : fns) {
@@ -180,23 +187,31 @@ std::vector<double> time_interleaved(const std::vector<std::function<void()>>& f
       warm_ms = std::max(warm_ms, std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
     }
   const int batch = warm_ms >= 0.1 ? 1 : static_cast<int>(std::min(1000.0, std::ceil(0.1 / std::max(warm_ms, 1e-4))));
-  std::vector<std::vector<double>> ms(fns.size());
+  Timings t;
+  t.samples.resize(fns.size());
   const auto start = Clock::now();
   for (int rep = 0; rep < 200; ++rep) {
     for (size_t i = 0; i < fns.size(); ++i) {
       const auto t0 = Clock::now();
       for (int b = 0; b < batch; ++b) fns[i]();
-      ms[i].push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count() / batch);
+      t.samples[i].push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count() / batch);
     }
     const double spent = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
     if (rep >= 6 && spent > min_ms) break;
   }
-  std::vector<double> med;
-  for (auto& v : ms) {
+  for (auto v : t.samples) {
     std::sort(v.begin(), v.end());
-    med.push_back(v[v.size() / 2]);
+    t.median.push_back(v[v.size() / 2]);
   }
-  return med;
+  return t;
+}
+
+// The quartiles of a peer's time over fusor's, round by round (> 1: fusor is faster).
+std::pair<double, double> round_ratio_quartiles(const std::vector<double>& peer, const std::vector<double>& fusor) {
+  std::vector<double> ratios;
+  for (size_t i = 0; i < peer.size() && i < fusor.size(); ++i) ratios.push_back(peer[i] / fusor[i]);
+  std::sort(ratios.begin(), ratios.end());
+  return {ratios[ratios.size() / 4], ratios[3 * ratios.size() / 4]};
 }
 
 double max_abs_err(const float* got, const Tensor& ref) {
@@ -222,7 +237,9 @@ struct Result {
   std::map<std::string, double> lane_ms; // when two lanes ran: each one's time
   double fusor_ms = 0;
   std::map<std::string, double> peer_ms;
-  double work = 0; // FLOPs or bytes
+  std::vector<double> fusor_rounds;                       // fusor's time in each round
+  std::map<std::string, std::vector<double>> peer_rounds; // each peer's, the same rounds
+  double work = 0;                                        // FLOPs or bytes
   bool bandwidth = false;
   double err = 0;
   std::string err_note;
@@ -283,19 +300,23 @@ struct EpiloguePass {
   }
 };
 
-// fusor's time from the medians (med[0] its kernel's, then one per name): with two lanes
-// timed, the faster one's, as the arbiter picks by measurement, each lane's kept in lane_ms.
-void record_times(Result& r, const std::vector<double>& med, const std::vector<std::string>& names) {
-  r.fusor_ms = med[0];
+// fusor's time from the medians (contender 0 its kernel's, then one per name): with two
+// lanes timed, the faster one's, as the arbiter picks by measurement, each lane's kept in
+// lane_ms. The rounds' samples of fusor's pick and of each peer are kept for the spread.
+void record_times(Result& r, const Timings& t, const std::vector<std::string>& names) {
+  r.fusor_ms = t.median[0];
+  r.fusor_rounds = t.samples[0];
   for (size_t i = 0; i < names.size(); ++i) {
     if (names[i] != base_lane()) {
-      r.peer_ms[names[i]] = med[i + 1];
+      r.peer_ms[names[i]] = t.median[i + 1];
+      r.peer_rounds[names[i]] = t.samples[i + 1];
       continue;
     }
-    r.lane_ms[r.lane] = med[0];
-    r.lane_ms[base_lane()] = med[i + 1];
-    if (med[i + 1] < r.fusor_ms) {
-      r.fusor_ms = med[i + 1];
+    r.lane_ms[r.lane] = t.median[0];
+    r.lane_ms[base_lane()] = t.median[i + 1];
+    if (t.median[i + 1] < r.fusor_ms) {
+      r.fusor_ms = t.median[i + 1];
+      r.fusor_rounds = t.samples[i + 1];
       r.err_note += " (of the " + r.lane + " kernel; both lanes passed the oracle)";
       r.lane = base_lane();
     }
@@ -384,8 +405,7 @@ Result bench_fused(const std::string& name, std::int64_t M, std::int64_t N, std:
   });
   names.push_back("openblas");
 #endif
-  const auto med = time_interleaved(fns, opt.min_ms);
-  record_times(r, med, names);
+  record_times(r, time_interleaved(fns, opt.min_ms), names);
 #ifdef FUSOR_BENCH_ONEDNN
   measure_peer_error(r, "onednn", c1.data());
 #endif
@@ -461,8 +481,7 @@ Result bench_gated(std::int64_t M, std::int64_t K, std::int64_t H, const Options
   });
   names.push_back("openblas");
 #endif
-  const auto med = time_interleaved(fns, opt.min_ms);
-  record_times(r, med, names);
+  record_times(r, time_interleaved(fns, opt.min_ms), names);
 #ifdef FUSOR_BENCH_ONEDNN
   measure_peer_error(r, "onednn", o.data());
 #endif
@@ -569,8 +588,7 @@ Result bench_attention(const AttentionCase& ac, const Options& opt) {
   });
   names.push_back("onednn");
 #endif
-  const auto med = time_interleaved(fns, opt.min_ms);
-  record_times(r, med, names);
+  record_times(r, time_interleaved(fns, opt.min_ms), names);
 #ifdef FUSOR_BENCH_ONEDNN
   r.peer_err["onednn"] = error_of(o.data());
 #endif
@@ -608,8 +626,7 @@ Result bench_streaming(const std::string& name, const Region& region, const Prob
   std::vector<std::string> names{"copy"};
   std::optional<Kernel> k2;
   also_base_lane(region, operands, k, k2, fns, names);
-  const auto med = time_interleaved(fns, opt.min_ms);
-  record_times(r, med, names);
+  record_times(r, time_interleaved(fns, opt.min_ms), names);
   r.peer_note = "copy moves " + std::to_string(8.0 * static_cast<double>(total) / 1e6) + " MB";
   return r;
 }
@@ -653,7 +670,13 @@ json to_json(const Result& r, double copy_bytes, std::optional<double> peak) {
   for (const auto& [peer, ms] : r.peer_ms) {
     j[peer + "_ms"] = ms;
     j[peer + "_ratio"] = ms / r.fusor_ms; // > 1: fusor is faster
+    if (const auto it = r.peer_rounds.find(peer); it != r.peer_rounds.end() && !r.fusor_rounds.empty()) {
+      const auto [q1, q3] = round_ratio_quartiles(it->second, r.fusor_rounds);
+      j[peer + "_ratio_q1"] = q1;
+      j[peer + "_ratio_q3"] = q3;
+    }
   }
+  if (!r.fusor_rounds.empty()) j["rounds"] = r.fusor_rounds.size();
   if (r.bandwidth) {
     j["gbps"] = r.work / r.fusor_ms / 1e6;
     if (r.peer_ms.count("copy")) {
@@ -686,6 +709,8 @@ void print_human(const json& j) {
     const std::string key = std::string(peer) + "_ms";
     if (!j.contains(key)) continue;
     std::printf(" | %s %9.3f ms (x%.2f", peer, j[key].get<double>(), j[std::string(peer) + "_ratio"].get<double>());
+    const std::string q1 = std::string(peer) + "_ratio_q1", q3 = std::string(peer) + "_ratio_q3";
+    if (j.contains(q1)) std::printf(", rounds %.2f-%.2f", j[q1].get<double>(), j[q3].get<double>());
     const std::string at_peak = std::string(peer) + "_ratio_at_peak";
     if (j.contains(at_peak)) std::printf("; x%.2f at peak", j[at_peak].get<double>());
     std::printf(")");
@@ -746,7 +771,8 @@ json machine(std::optional<double> peak, const std::optional<TileRate>& tiles) {
     m[var] = set ? set : "(unset)";
   }
   m["timing"] = "warm-up 2 calls each, then the median of interleaved repetitions (>= 7, ~1.5 s per case; calls under "
-                "0.1 ms timed in batches, the time per call)";
+                "0.1 ms timed in batches, the time per call); each peer's ratio also as the quartiles of the rounds' "
+                "ratios (<peer>_ratio_q1 / _q3)";
   return m;
 }
 

@@ -473,6 +473,7 @@ TEST_F(CliLanes, BenchPrintsOneJsonObjectPerCase) {
     EXPECT_TRUE(j.at("verified").get<bool>());
     const double fraction = j.at("fraction_of_peak").get<double>();
     EXPECT_GT(fraction, 0.0);
+    EXPECT_GE(j.at("rounds").get<int>(), 7); // at least seven interleaved rounds
     int peers = 0;
     for (const auto& [key, value] : j.items()) {
       if (key == "fusor_ms" || key.size() < 3 || key.substr(key.size() - 3) != "_ms") continue;
@@ -481,6 +482,10 @@ TEST_F(CliLanes, BenchPrintsOneJsonObjectPerCase) {
       ++peers;
       const double ratio = j.at(peer + "_ratio").get<double>();
       EXPECT_NEAR(ratio, value.get<double>() / fusor_ms, 1e-9 * ratio) << peer;
+      // The spread of the same ratio round by round (each round times every contender in turn).
+      const double q1 = j.at(peer + "_ratio_q1").get<double>(), q3 = j.at(peer + "_ratio_q3").get<double>();
+      EXPECT_GT(q1, 0.0) << peer;
+      EXPECT_LE(q1, q3) << peer;
       // Each peer's output against the same reference rows (a GEMM peer is an f32 GEMM: near fusor's).
       const double peer_err = j.at(peer + "_max_abs_err").get<double>();
       EXPECT_GT(peer_err, 0.0) << peer;

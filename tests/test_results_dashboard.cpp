@@ -77,6 +77,29 @@ TEST(ResultsDashboard, ReadsEveryRunLayoutWithRangesAndVerdicts) {
   EXPECT_NE(page.find("| `gemm_bias_gelu_1024x1024x1024` | 0.95 | 0.93–1.05 ✗ | 0.99 |"), std::string::npos) << page;
 }
 
+// A run that records its rounds' spread: a case under its bar whose rounds reached it is a
+// swing (~), one whose rounds stayed under it, or that lacks the spread, a loss (✗).
+TEST(ResultsDashboard, BelowTheBarWithinTheRoundsIsASwing) {
+  const auto with_spread = [](double ratio, double q3) {
+    json c = gemm_case(ratio);
+    c["onednn_ratio_q1"] = ratio - 0.02;
+    c["onednn_ratio_q3"] = q3;
+    return c;
+  };
+  const auto page_of = [](const json& runs) {
+    auto rows = rows_of("cpu-2026-12-04-as-dev.json", {{"machine", kZen5}, {"runs", runs}});
+    EXPECT_TRUE(rows.ok());
+    return rows.ok() ? render(*rows) : std::string();
+  };
+  const std::string row = "| `gemm_bias_gelu_1024x1024x1024` | 0.95 | ";
+  std::string page = page_of({{{"cases", {with_spread(0.94, 0.97)}}}, {{"cases", {with_spread(1.01, 1.05)}}}});
+  EXPECT_NE(page.find(row + "0.94–1.01 ~ |"), std::string::npos) << page;
+  page = page_of({{{"cases", {with_spread(0.94, 0.945)}}}, {{"cases", {with_spread(1.01, 1.05)}}}});
+  EXPECT_NE(page.find(row + "0.94–1.01 ✗ |"), std::string::npos) << page;
+  page = page_of({{{"cases", {with_spread(0.94, 0.97)}}}, {{"cases", {gemm_case(0.93)}}}});
+  EXPECT_NE(page.find(row + "0.93–0.94 ✗ |"), std::string::npos) << page;
+}
+
 TEST(ResultsDashboard, PlainCaseListsAndFilesWithoutTargetCases) {
   const json one_run = {{"machine", {{"cpu_model", "AMD EPYC"}, {"isa", "x86_64 avx2 fma | AMD EPYC"}}},
                         {"cases", {gemm_case(1.0)}}};

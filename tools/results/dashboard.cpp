@@ -115,6 +115,15 @@ std::string span_cell(const Span& s, double bar) {
   return range(s.lo, s.hi, bar) + " " + verdict + " " + std::to_string(s.met) + "/" + std::to_string(s.total);
 }
 
+// The mark of a case below its bar in some run: "~" when the rounds of every such run
+// reached the bar (a swing of the host), "✗" otherwise (a loss, or spread not recorded).
+std::string below_mark(const std::vector<double>& values, const std::vector<double>& q3, double bar) {
+  bool swings = true;
+  for (size_t i = 0; i < values.size(); ++i)
+    if (values[i] < bar) swings = swings && i < q3.size() && q3[i] >= bar; // NaN compares false
+  return swings ? " ~" : " ✗";
+}
+
 const Target* target_of(const std::string& name) {
   for (const Target& t : targets())
     if (std::find(t.cases.begin(), t.cases.end(), name) != t.cases.end()) return &t;
@@ -163,6 +172,8 @@ Expected<std::vector<Row>> rows_of(const std::string& file, const nlohmann::json
         if (!t || !c.contains(t->metric)) continue;
         if (!c[t->metric].is_number()) return bad(file, "case " + name + ": \"" + t->metric + "\" is not a number");
         row.cases[name].push_back(c[t->metric].get<double>());
+        const std::string q3 = t->metric + "_q3";
+        row.round_q3[name].push_back(c.contains(q3) && c[q3].is_number() ? c[q3].get<double>() : NAN);
         if (c.contains("lane") && c["lane"].is_string()) lanes.insert(c["lane"].get<std::string>());
         any = true;
       }
@@ -243,7 +254,9 @@ std::string render(const std::vector<Row>& rows) {
   for (const Row& r : rows)
     if (r.lanes != "-" && seen.insert(r.machine + " | " + r.lanes).second) latest.push_back(&r);
   o << "\n## The newest results of each machine and lane set, case by case\n\n";
-  o << "Lowest–highest over the block's runs; ✗ marks a case below its bar in at least one run.\n\n";
+  o << "Lowest–highest over the block's runs; ✗ marks a case below its bar in at least one run,\n"
+       "~ instead where each such run's rounds reached the bar (the upper quartile of the ratios of\n"
+       "its interleaved rounds, recorded since run as): a swing of the host, not a settled loss.\n\n";
   o << "| Case | Bar";
   for (const Row* r : latest)
     o << " | " << r->machine << "; " << r->lanes << " (" << r->file << ", " << r->block << ")";
@@ -260,7 +273,10 @@ std::string render(const std::vector<Row>& rows) {
           continue;
         }
         const auto [lo, hi] = std::minmax_element(it->second.begin(), it->second.end());
-        o << " | " << range(*lo, *hi, t.bar) << (*lo < t.bar ? " ✗" : "");
+        const auto q3 = r->round_q3.find(c);
+        o << " | " << range(*lo, *hi, t.bar)
+          << (*lo < t.bar ? below_mark(it->second, q3 == r->round_q3.end() ? std::vector<double>{} : q3->second, t.bar)
+                          : "");
       }
       o << " |\n";
     }

@@ -40,6 +40,9 @@ struct Row {
   std::string lanes;   // lanes the cases ran on, comma-separated ("-" when not recorded)
   int runs = 0;
   std::map<std::string, std::vector<double>> cases; // metric values by case name
+  // Per value in `cases`: the upper quartile of that run's interleaved rounds' ratios
+  // (`<metric>_q3`, recorded since run as), NaN where the run did not record it.
+  std::map<std::string, std::vector<double>> round_q3;
 };
 
 // A target's values over a row's cases (none when the row holds none of them).

@@ -210,6 +210,7 @@ Timings time_interleaved(const std::vector<std::function<void()>>& fns, double m
 std::pair<double, double> round_ratio_quartiles(const std::vector<double>& peer, const std::vector<double>& fusor) {
   std::vector<double> ratios;
   for (size_t i = 0; i < peer.size() && i < fusor.size(); ++i) ratios.push_back(peer[i] / fusor[i]);
+  if (ratios.empty()) return {NAN, NAN};
   std::sort(ratios.begin(), ratios.end());
   return {ratios[ratios.size() / 4], ratios[3 * ratios.size() / 4]};
 }
@@ -670,7 +671,8 @@ json to_json(const Result& r, double copy_bytes, std::optional<double> peak) {
   for (const auto& [peer, ms] : r.peer_ms) {
     j[peer + "_ms"] = ms;
     j[peer + "_ratio"] = ms / r.fusor_ms; // > 1: fusor is faster
-    if (const auto it = r.peer_rounds.find(peer); it != r.peer_rounds.end() && !r.fusor_rounds.empty()) {
+    if (const auto it = r.peer_rounds.find(peer);
+        it != r.peer_rounds.end() && !it->second.empty() && !r.fusor_rounds.empty()) {
       const auto [q1, q3] = round_ratio_quartiles(it->second, r.fusor_rounds);
       j[peer + "_ratio_q1"] = q1;
       j[peer + "_ratio_q3"] = q3;

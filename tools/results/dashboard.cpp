@@ -273,10 +273,8 @@ std::string render(const std::vector<Row>& rows) {
           continue;
         }
         const auto [lo, hi] = std::minmax_element(it->second.begin(), it->second.end());
-        const auto q3 = r->round_q3.find(c);
-        o << " | " << range(*lo, *hi, t.bar)
-          << (*lo < t.bar ? below_mark(it->second, q3 == r->round_q3.end() ? std::vector<double>{} : q3->second, t.bar)
-                          : "");
+        // rows_of records a q3 (or NaN) beside every value, so the case has its list.
+        o << " | " << range(*lo, *hi, t.bar) << (*lo < t.bar ? below_mark(it->second, r->round_q3.at(c), t.bar) : "");
       }
       o << " |\n";
     }

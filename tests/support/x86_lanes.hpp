@@ -139,7 +139,9 @@ inline ProblemShape gemm(std::int64_t m, std::int64_t n, std::int64_t k) {
 // prologue, one product) and stream B for fewer than 8 rows: these regions take those paths,
 // and these shapes cover edge panels of every height, a partial last column panel, N = 256 /
 // 257 (either side of the switch), K in several blocks (the sums continued in the direct
-// tile's registers), and 1-7 rows over wide N with K not a multiple of the 8-row step.
+// tile's registers), 1-7 rows over wide N with K not a multiple of the 8-row step, and rows
+// at least as many as columns but few enough that the threads split the panels (64 x 64,
+// 150 x 96 on two threads).
 inline constexpr const char* kInPlaceGemmRegions[] = {
     "fused { epilogue = [bias]; residual = true }", "fused { epilogue = [bias, gelu] }",
     "fused { epilogue = [bias]; reduction = layer_norm }", "matmul { }"};
@@ -147,8 +149,9 @@ inline constexpr const char* kPackedGemmRegions[] = {"fused { prologue = [relu];
                                                      "matmul { transpose_b = true }", "matmul { storage = f16 }",
                                                      "gated { gate_act = silu }"};
 inline const ProblemShape kInPlaceShapes[] = {
-    gemm(1, 1, 1),   gemm(7, 33, 129),  gemm(30, 32, 17),  gemm(64, 64, 256), gemm(65, 100, 1600), gemm(129, 256, 70),
-    gemm(14, 31, 5), gemm(61, 257, 40), gemm(1, 300, 129), gemm(7, 1000, 9),  gemm(4, 4099, 20),   gemm(2, 700, 1600)};
+    gemm(1, 1, 1),      gemm(7, 33, 129),   gemm(30, 32, 17),  gemm(64, 64, 256), gemm(65, 100, 1600),
+    gemm(129, 256, 70), gemm(14, 31, 5),    gemm(61, 257, 40), gemm(1, 300, 129), gemm(7, 1000, 9),
+    gemm(4, 4099, 20),  gemm(2, 700, 1600), gemm(150, 96, 33)};
 
 // Max |out - exact| of `matmul { }` on `lane` at m x n x K with A all ones and each column of B
 // 1 then K - 1 values `tail`, emitted with `options` (serial = 0 added).

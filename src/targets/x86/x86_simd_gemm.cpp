@@ -606,8 +606,14 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
   // B would go to memory and come back once per row block. So each thread should read as
   // little of B as it can: when B is the larger operand (N > M) the panels are split
   // between threads (every thread reads all of the smaller A); otherwise the rows are, in
-  // row blocks of about MCT rows (a multiple of MR), a whole number per thread.
-  s += "    const int colsplit = N > M && np >= nt;\n";
+  // row blocks of about MCT rows (a multiple of MR), a whole number per thread. With B read
+  // in place (narrow B) and fewer than seven tiles of rows a thread, the panels are split
+  // too: each thread's few rows would end in an edge tile of their own, and both operands
+  // sit in L2 anyway (two threads on Ice Lake, bias + residual, 31 alternating rounds:
+  // 64 x 64 x 256 0.83-0.85x the time, 64^3 0.85-0.94x, 96 x 64 x 256 0.87x, 128^3 0.93-0.96x,
+  // 192^3 0.96x; 256^3 1.05x, so not beyond).
+  s += std::string("    const int colsplit = np >= nt && (N > M") +
+       (in_place ? " || (direct && M < nt * 7 * FUSOR_MR)" : "") + ");\n";
   // The packed A block (rows x KC floats) is held to 1 MiB so it shares L2 with B's block.
   // (AMX: FUSOR_NSA bf16 parts per element, K padded to 32.)
   s += amx ? "    const int64_t kce = fusor_cdiv(KC, 32) * 32 * FUSOR_NSA / 2;\n" : "    const int64_t kce = KC;\n";

@@ -716,7 +716,9 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
     // Blocks of whole panels, with a whole first A panel, are packed by that panel's tiles.
     s += "          const int fuse = " + std::string(in_place ? "!direct && " : "") +
          "mrows >= FUSOR_MR && (pb + pn) * " + CW + " <= N;\n";
-    s += "          if (!fuse) {\n" + pack_b(plan, ld, tuning.avx2, false, tuning.bpf) + "          }\n";
+    // (Narrow B read in place: only a partial last panel is packed.)
+    s += "          if (!fuse" + std::string(in_place ? " && (!direct || (pb + pn) * 32 > N)" : "") + ") {\n" +
+         pack_b(plan, ld, tuning.avx2, in_place, tuning.bpf) + "          }\n";
   } else {
     s += in_place ? "          if (!direct || (pb + pn) * 32 > N) {\n" +
                         pack_b(plan, ld, tuning.avx2, true, tuning.bpf) + "          }\n"

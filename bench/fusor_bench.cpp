@@ -796,14 +796,17 @@ int run(const Options& opt) {
   }
   // Small shapes, where a kernel's fixed costs (threads, packing, edges) show: the embedded
   // transformer block's GEMMs (64 tokens, width 64, MLP 256), one BERT-base sequence, and a
-  // decoder's one and four tokens through a 4096 x 4096 weight (B's trip from memory).
+  // decoder's 1, 4, 8, 16 and 32 tokens through a 4096 x 4096 weight (B's trip from memory).
   for (auto [m, n, k, res] :
        std::vector<std::tuple<std::int64_t, std::int64_t, std::int64_t, bool>>{{64, 256, 64, false},
                                                                                {64, 64, 256, true},
                                                                                {64, 64, 64, true},
                                                                                {128, 768, 3072, true},
                                                                                {1, 4096, 4096, false},
-                                                                               {4, 4096, 4096, false}}) {
+                                                                               {4, 4096, 4096, false},
+                                                                               {8, 4096, 4096, false},
+                                                                               {16, 4096, 4096, false},
+                                                                               {32, 4096, 4096, false}}) {
     const std::string nm = std::string(res ? "gemm_bias_residual_" : "gemm_bias_gelu_") + std::to_string(m) + "x" +
                            std::to_string(n) + "x" + std::to_string(k);
     entries.push_back({"small", nm, [=, &opt] { return bench_fused(nm, m, n, k, res, opt); }});

@@ -187,7 +187,9 @@ bool gemm_copies_next_panel(const GemmPlan& plan, const StorageLoad& ld, const T
 // next row of each run (`from`, a source pointer, to dst's row + `to`) and prefetches the row
 // kCopyAhead ahead. B's rows lie on few cache sets when N is a power of two: lines fetched
 // much earlier were evicted before use, and a tile copying a row every step (fusor_ukr_pack)
-// waits on memory.
+// waits on memory. So when copies come closer than every 8 steps (few tiles a panel: a GEMM
+// of 16-64 rows), rows are also prefetched to L2 at least 32 steps ahead (Ice Lake,
+// 32 / 48 / 64 x 4096 x 4096: 0.80 / 0.87 / 0.86x the time).
 inline constexpr int kCopyAhead = 4;
 struct CopyRun {
   std::string from, to;

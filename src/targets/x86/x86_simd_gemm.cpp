@@ -49,15 +49,25 @@ std::vector<std::string> copy_ends(const std::string& cw) { return {"", " + 15",
 std::string copy_setup(const std::vector<CopyRun>& runs, const std::string& cw, const std::string& I) {
   // (The first copy comes cpevery steps in, not at once: its row was prefetched by the
   // previous tile's last copies or by the prefetches below, which need the time.)
+  // When the copies come closer than every 8 steps (a panel with few tiles copies many rows
+  // each), kCopyAhead copies ahead is too near for rows from memory, and further ahead in L1
+  // they would be evicted (the rows share few sets): such rows are also prefetched to L2 at
+  // least 32 steps ahead (cpl2 copies).
   std::string s = I + "const int64_t cpevery = n > 0 && kc / n > 0 ? kc / n : 1;\n" + I +
-                  "int64_t cpj = 0, cpcnt = cpevery;\n" + I + "const int cpends = dst2 ? 4 : 2;\n";
-  for (int r = 0; r < kCopyAhead; ++r)
-    for (const CopyRun& run : runs) {
-      const auto ends = copy_ends(cw);
+                  "const int64_t cpl2 = cpevery < 8 ? fusor_cdiv(32, cpevery) : " + std::to_string(kCopyAhead) + ";\n" +
+                  I + "int64_t cpj = 0, cpcnt = cpevery;\n" + I + "const int cpends = dst2 ? 4 : 2;\n";
+  const auto prefetch_row = [&](const std::string& row, const char* hint, const std::string& indent) {
+    std::string t;
+    const auto ends = copy_ends(cw);
+    for (const CopyRun& run : runs)
       for (size_t e = 0; e < ends.size(); ++e)
-        s += I + (e < 2 ? "" : "if (cpends > 2) ") + "_mm_prefetch((const char*)(" + run.from + " + " +
-             std::to_string(r) + " * lds" + ends[e] + "), _MM_HINT_T0);\n";
-    }
+        t += indent + (e < 2 ? "" : "if (cpends > 2) ") + "_mm_prefetch((const char*)(" + run.from + " + " + row +
+             " * lds" + ends[e] + "), " + hint + ");\n";
+    return t;
+  };
+  for (int r = 0; r < kCopyAhead; ++r) s += prefetch_row(std::to_string(r), "_MM_HINT_T0", I);
+  s += I + "for (int64_t r_ = " + std::to_string(kCopyAhead) + "; r_ < cpl2 && r_ < n; ++r_) {\n" +
+       prefetch_row("r_", "_MM_HINT_T1", I + "  ") + I + "}\n";
   return s;
 }
 
@@ -78,6 +88,9 @@ std::string copy_step(const std::vector<CopyRun>& runs, const std::string& cw, b
     for (size_t e = 0; e < ends.size(); ++e)
       s += I + "    " + (e < 2 ? "" : "if (cpends > 2) ") + "_mm_prefetch((const char*)(" + run.from + " + (cpj + " +
            A + ") * lds" + ends[e] + "), _MM_HINT_T0);\n";
+    for (size_t e = 0; e < ends.size(); ++e)
+      s += I + "    " + (e < 2 ? "" : "if (cpends > 2) ") + "_mm_prefetch((const char*)(" + run.from +
+           " + (cpj + cpl2) * lds" + ends[e] + "), _MM_HINT_T1);\n";
   }
   return s + I + "    ++cpj;\n" + I + "  }\n" + I + "}\n";
 }

@@ -83,15 +83,13 @@ std::string avx2_packed_ukr(int rows, int mr, const std::string& name) {
 
 // fusor_ukr_pack's ymm tile (x86_simd_common.hpp, avx512_packing_ukr): each half reads its 16
 // columns of B where they lie (the first half from b, the second from b2) and stores them to
-// the packed panel bp as it uses them, prefetching `ahead` rows early.
+// the packed panel bp as it uses them, prefetching `ahead` rows early (packing_prefetches).
 std::string avx2_packing_ukr(int mr, int ahead) {
   std::string step =
       "        const float* restrict bk = bs + k * ldb;\n"
       "        const __m256 b0 = _mm256_loadu_ps(bk), b1 = _mm256_loadu_ps(bk + 8);\n"
       "        _mm256_storeu_ps(bp + k * 32 + h, b0);\n        _mm256_storeu_ps(bp + k * 32 + h + 8, b1);\n";
-  if (ahead > 0)
-    step += "        _mm_prefetch((const char*)(bk + " + std::to_string(ahead) + " * ldb), _MM_HINT_T0);\n" +
-            "        _mm_prefetch((const char*)(bk + " + std::to_string(ahead) + " * ldb + 15), _MM_HINT_T0);\n";
+  step += packing_prefetches({"bk"}, ahead, "        ");
   return avx2_tile(mr, "fusor_ukr_pack",
                    "const float* restrict a, const float* restrict b, const float* restrict b2, int64_t ldb, "
                    "float* restrict bp",

@@ -197,6 +197,12 @@ struct CopyRun {
 std::string copying_ukr_params();
 std::string copy_setup(const std::vector<CopyRun>& runs, const std::string& cw, const std::string& indent);
 std::string copy_step(const std::vector<CopyRun>& runs, const std::string& cw, bool avx2, const std::string& indent);
+// fusor_ukr_pack's prefetches of B's rows `rows` (pointers to this step's row, ldb apart):
+// both ends of the 16-column run `ahead` rows early to L1 and 3 x `ahead` rows early to L2.
+// Rows N floats apart share few L1 sets, so the L1 distance stays short; a tile that packs its
+// panel (every panel's first tile when a panel has few row tiles) then waits on memory less
+// (Ice Lake, 16 x 4096 x 4096: 0.89x the time; large shapes unchanged).
+std::string packing_prefetches(const std::vector<std::string>& rows, int ahead, const std::string& indent);
 // The x86_amx lane (x86_amx_gemm.cpp): bf16 parts an operand needs to be exact (f32 or any
 // prologue: 3; f16: 2; bf16: 1); the head (FUSOR_MR 32, part splitting, tile permission and
 // configuration, `fusor_amx_ukr` with fusor_ukr's contract on packed bf16 panels); the

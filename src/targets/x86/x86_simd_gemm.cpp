@@ -24,6 +24,7 @@
 // otherwise and the float-loop epilogue
 // (Tuning::avx2, x86_avx2_gemm.cpp).
 #include <functional>
+#include <utility>
 
 #include "codegen/abi.hpp"
 #include "codegen/c_renderer.hpp"
@@ -93,6 +94,17 @@ std::string copy_step(const std::vector<CopyRun>& runs, const std::string& cw, b
            " + (cpj + cpl2) * lds" + ends[e] + "), _MM_HINT_T1);\n";
   }
   return s + I + "    ++cpj;\n" + I + "  }\n" + I + "}\n";
+}
+
+std::string packing_prefetches(const std::vector<std::string>& rows, int ahead, const std::string& I) {
+  std::string s;
+  if (ahead <= 0) return s;
+  for (const auto& [dist, hint] : {std::pair{ahead, "_MM_HINT_T0"}, std::pair{3 * ahead, "_MM_HINT_T1"}})
+    for (const std::string& row : rows)
+      for (const char* end : {"", " + 15"})
+        s += I + "_mm_prefetch((const char*)(" + row + " + " + std::to_string(dist) + " * ldb" + end + "), " + hint +
+             ");\n";
+  return s;
 }
 
 namespace {
@@ -165,15 +177,11 @@ std::string avx512_packed_ukr(int rows, int mr, const std::string& name) {
 // packed panel is written once while it is hot. B's rows are prefetched `ahead` rows early,
 // both ends of both 64-byte runs (an unaligned run spans two lines).
 std::string avx512_packing_ukr(int mr, int ahead) {
-  const std::string A = std::to_string(ahead);
   std::string head = "    const float* restrict bk = b + k * ldb;\n    const float* restrict bk2 = b2 + k * ldb;\n"
                      "    const __m512 b0 = _mm512_loadu_ps(bk), b1 = _mm512_loadu_ps(bk2);\n"
                      "    _mm512_storeu_ps(bp + k * 32, b0);\n    _mm512_storeu_ps(bp + k * 32 + 16, b1);\n" +
                      packed_a_step(mr);
-  if (ahead > 0)
-    for (const char* row : {"bk", "bk2"})
-      head += std::string("    _mm_prefetch((const char*)(") + row + " + " + A + " * ldb), _MM_HINT_T0);\n" +
-              "    _mm_prefetch((const char*)(" + row + " + " + A + " * ldb + 15), _MM_HINT_T0);\n";
+  head += packing_prefetches({"bk", "bk2"}, ahead, "    ");
   return avx512_tile(mr, "fusor_ukr_pack",
                      "const float* restrict a, const float* restrict b, const float* restrict b2, int64_t ldb, "
                      "float* restrict bp",

@@ -188,20 +188,25 @@ bool gemm_copies_next_panel(const GemmPlan& plan, const StorageLoad& ld, const T
 // kCopyAhead ahead. B's rows lie on few cache sets when N is a power of two: lines fetched
 // much earlier were evicted before use, and a tile copying a row every step (fusor_ukr_pack)
 // waits on memory. So when copies come closer than every 8 steps (few tiles a panel: a GEMM
-// of 16-64 rows), rows are also prefetched to L2 at least 32 steps ahead (Ice Lake,
-// 32 / 48 / 64 x 4096 x 4096: 0.80 / 0.87 / 0.86x the time).
+// of 16-64 rows) and B is wide, rows are also prefetched to L2 at least 32 steps ahead.
 inline constexpr int kCopyAhead = 4;
+// B rows at least this many floats apart (8 KiB) take the copying tiles' L2 prefetches: a
+// weight that wide (4096 x 4096: 64 MiB) comes from memory between uses, where they gain
+// (Ice Lake, 32 / 48 / 64 x 4096 x 4096: 0.80 / 0.87 / 0.86x the time; the lent Sapphire
+// Rapids host, 32 / 64 rows: 0.82-0.88 / 0.92-0.98x); B in cache pays for them (that host, B
+// reused from its L3: 1.05-1.08 / 0.93-1.07x; 1024^3 on 16 threads, whose tiles copy every
+// other step, 1.01-1.03x without this bound).
+inline constexpr int kWideB = 2048;
 struct CopyRun {
   std::string from, to;
 };
 std::string copying_ukr_params();
 std::string copy_setup(const std::vector<CopyRun>& runs, const std::string& cw, const std::string& indent);
 std::string copy_step(const std::vector<CopyRun>& runs, const std::string& cw, bool avx2, const std::string& indent);
-// fusor_ukr_pack's prefetches of B's rows `rows` (pointers to this step's row, ldb apart):
-// both ends of the 16-column run `ahead` rows early to L1 and 3 x `ahead` rows early to L2.
-// Rows N floats apart share few L1 sets, so the L1 distance stays short; a tile that packs its
-// panel (every panel's first tile when a panel has few row tiles) then waits on memory less
-// (Ice Lake, 16 x 4096 x 4096: 0.89x the time; large shapes unchanged).
+// fusor_ukr_pack's prefetches of B's rows `rows` (pointers to this step's row, ldb apart): both
+// ends of the 16-column run `ahead` rows early to L1, for both lanes. (Also to L2 three times
+// as far, as the copies do for a wide B: 0.86-0.89x the time at 16 x 4096 x 4096 on Ice Lake,
+// 0.98x on the lent host with B from memory, 1.11-1.32x there with B in its L3; not kept.)
 std::string packing_prefetches(const std::vector<std::string>& rows, int ahead, const std::string& indent);
 // The x86_amx lane (x86_amx_gemm.cpp): bf16 parts an operand needs to be exact (f32 or any
 // prologue: 3; f16: 2; bf16: 1); the head (FUSOR_MR 32, part splitting, tile permission and

@@ -52,11 +52,12 @@ std::string copy_setup(const std::vector<CopyRun>& runs, const std::string& cw, 
   // previous tile's last copies or by the prefetches below, which need the time.)
   // When the copies come closer than every 8 steps (a panel with few tiles copies many rows
   // each), kCopyAhead copies ahead is too near for rows from memory, and further ahead in L1
-  // they would be evicted (the rows share few sets): such rows are also prefetched to L2 at
-  // least 32 steps ahead (cpl2 copies).
+  // they would be evicted (the rows share few sets): rows of a wide B (kWideB) are also
+  // prefetched to L2 at least 32 steps ahead (cpl2 copies).
   std::string s = I + "const int64_t cpevery = n > 0 && kc / n > 0 ? kc / n : 1;\n" + I +
-                  "const int64_t cpl2 = cpevery < 8 ? fusor_cdiv(32, cpevery) : " + std::to_string(kCopyAhead) + ";\n" +
-                  I + "int64_t cpj = 0, cpcnt = cpevery;\n" + I + "const int cpends = dst2 ? 4 : 2;\n";
+                  "const int64_t cpl2 = cpevery < 8 && lds >= " + std::to_string(kWideB) +
+                  " ? fusor_cdiv(32, cpevery) : " + std::to_string(kCopyAhead) + ";\n" + I +
+                  "int64_t cpj = 0, cpcnt = cpevery;\n" + I + "const int cpends = dst2 ? 4 : 2;\n";
   const auto prefetch_row = [&](const std::string& row, const char* hint, const std::string& indent) {
     std::string t;
     const auto ends = copy_ends(cw);
@@ -89,9 +90,11 @@ std::string copy_step(const std::vector<CopyRun>& runs, const std::string& cw, b
     for (size_t e = 0; e < ends.size(); ++e)
       s += I + "    " + (e < 2 ? "" : "if (cpends > 2) ") + "_mm_prefetch((const char*)(" + run.from + " + (cpj + " +
            A + ") * lds" + ends[e] + "), _MM_HINT_T0);\n";
+    s += I + "    if (cpl2 > " + A + ") {\n";
     for (size_t e = 0; e < ends.size(); ++e)
-      s += I + "    " + (e < 2 ? "" : "if (cpends > 2) ") + "_mm_prefetch((const char*)(" + run.from +
+      s += I + "      " + (e < 2 ? "" : "if (cpends > 2) ") + "_mm_prefetch((const char*)(" + run.from +
            " + (cpj + cpl2) * lds" + ends[e] + "), _MM_HINT_T1);\n";
+    s += I + "    }\n";
   }
   return s + I + "    ++cpj;\n" + I + "  }\n" + I + "}\n";
 }
@@ -99,11 +102,10 @@ std::string copy_step(const std::vector<CopyRun>& runs, const std::string& cw, b
 std::string packing_prefetches(const std::vector<std::string>& rows, int ahead, const std::string& I) {
   std::string s;
   if (ahead <= 0) return s;
-  for (const auto& [dist, hint] : {std::pair{ahead, "_MM_HINT_T0"}, std::pair{3 * ahead, "_MM_HINT_T1"}})
-    for (const std::string& row : rows)
-      for (const char* end : {"", " + 15"})
-        s += I + "_mm_prefetch((const char*)(" + row + " + " + std::to_string(dist) + " * ldb" + end + "), " + hint +
-             ");\n";
+  for (const std::string& row : rows)
+    for (const char* end : {"", " + 15"})
+      s += I + "_mm_prefetch((const char*)(" + row + " + " + std::to_string(ahead) + " * ldb" + end +
+           "), _MM_HINT_T0);\n";
   return s;
 }
 

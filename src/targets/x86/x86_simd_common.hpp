@@ -192,10 +192,10 @@ bool gemm_copies_next_panel(const GemmPlan& plan, const StorageLoad& ld, const T
 inline constexpr int kCopyAhead = 4;
 // B rows at least this many floats apart (8 KiB) take the copying tiles' L2 prefetches: a
 // weight that wide (4096 x 4096: 64 MiB) comes from memory between uses, where they gain
-// (Ice Lake, 32 / 48 / 64 x 4096 x 4096: 0.80 / 0.87 / 0.86x the time; the lent Sapphire
-// Rapids host, 32 / 64 rows: 0.82-0.88 / 0.92-0.98x); B in cache pays for them (that host, B
-// reused from its L3: 1.05-1.08 / 0.93-1.07x; 1024^3 on 16 threads, whose tiles copy every
-// other step, 1.01-1.03x without this bound).
+// (Ice Lake, 32 / 48 / 64 x 4096 x 4096: 0.80 / 0.87 / 0.86x the time; the lent host, family
+// 6 model 207, with four copies of B used in turn: 32 / 64 rows 0.79-0.83 / 0.94-0.96x); B
+// kept in cache pays for them (that host, one B reused from its L3: 1.02-1.06 / 0.91-1.05x;
+// 1024^3 on 16 threads, whose tiles copy every other step, 1.02-1.05x without this bound).
 inline constexpr int kWideB = 2048;
 struct CopyRun {
   std::string from, to;

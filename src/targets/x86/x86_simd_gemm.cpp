@@ -24,7 +24,6 @@
 // otherwise and the float-loop epilogue
 // (Tuning::avx2, x86_avx2_gemm.cpp).
 #include <functional>
-#include <utility>
 
 #include "codegen/abi.hpp"
 #include "codegen/c_renderer.hpp"

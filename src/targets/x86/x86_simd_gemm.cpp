@@ -46,6 +46,22 @@ std::string copying_ukr_params() {
 // dst2 those of the second panel's, `cw` columns to the right.
 std::vector<std::string> copy_ends(const std::string& cw) { return {"", " + 15", " + " + cw, " + " + cw + " + 15"}; }
 
+namespace {
+
+// Prefetches of both ends of each run of the copied row `row` (an expression in rows of lds).
+std::string copy_row_prefetches(const std::vector<CopyRun>& runs, const std::string& cw, const std::string& row,
+                                const char* hint, const std::string& I) {
+  std::string s;
+  const auto ends = copy_ends(cw);
+  for (const CopyRun& run : runs)
+    for (size_t e = 0; e < ends.size(); ++e)
+      s += I + (e < 2 ? "" : "if (cpends > 2) ") + "_mm_prefetch((const char*)(" + run.from + " + " + row + " * lds" +
+           ends[e] + "), " + hint + ");\n";
+  return s;
+}
+
+} // namespace
+
 std::string copy_setup(const std::vector<CopyRun>& runs, const std::string& cw, const std::string& I) {
   // (The first copy comes cpevery steps in, not at once: its row was prefetched by the
   // previous tile's last copies or by the prefetches below, which need the time.)
@@ -57,18 +73,9 @@ std::string copy_setup(const std::vector<CopyRun>& runs, const std::string& cw, 
                   "const int64_t cpl2 = cpevery < 8 && lds >= " + std::to_string(kWideB) +
                   " ? fusor_cdiv(32, cpevery) : " + std::to_string(kCopyAhead) + ";\n" + I +
                   "int64_t cpj = 0, cpcnt = cpevery;\n" + I + "const int cpends = dst2 ? 4 : 2;\n";
-  const auto prefetch_row = [&](const std::string& row, const char* hint, const std::string& indent) {
-    std::string t;
-    const auto ends = copy_ends(cw);
-    for (const CopyRun& run : runs)
-      for (size_t e = 0; e < ends.size(); ++e)
-        t += indent + (e < 2 ? "" : "if (cpends > 2) ") + "_mm_prefetch((const char*)(" + run.from + " + " + row +
-             " * lds" + ends[e] + "), " + hint + ");\n";
-    return t;
-  };
-  for (int r = 0; r < kCopyAhead; ++r) s += prefetch_row(std::to_string(r), "_MM_HINT_T0", I);
+  for (int r = 0; r < kCopyAhead; ++r) s += copy_row_prefetches(runs, cw, std::to_string(r), "_MM_HINT_T0", I);
   s += I + "for (int64_t r_ = " + std::to_string(kCopyAhead) + "; r_ < cpl2 && r_ < n; ++r_) {\n" +
-       prefetch_row("r_", "_MM_HINT_T1", I + "  ") + I + "}\n";
+       copy_row_prefetches(runs, cw, "r_", "_MM_HINT_T1", I + "  ") + I + "}\n";
   return s;
 }
 
@@ -85,15 +92,9 @@ std::string copy_step(const std::vector<CopyRun>& runs, const std::string& cw, b
     s += I + "    " + copy16("dst" + to, from);
     s += I + "    if (dst2) " + copy16("dst2" + to, from + " + " + cw);
     // (Both ends of each run: a run off a cache line spans two.)
-    const auto ends = copy_ends(cw);
-    for (size_t e = 0; e < ends.size(); ++e)
-      s += I + "    " + (e < 2 ? "" : "if (cpends > 2) ") + "_mm_prefetch((const char*)(" + run.from + " + (cpj + " +
-           A + ") * lds" + ends[e] + "), _MM_HINT_T0);\n";
-    s += I + "    if (cpl2 > " + A + ") {\n";
-    for (size_t e = 0; e < ends.size(); ++e)
-      s += I + "      " + (e < 2 ? "" : "if (cpends > 2) ") + "_mm_prefetch((const char*)(" + run.from +
-           " + (cpj + cpl2) * lds" + ends[e] + "), _MM_HINT_T1);\n";
-    s += I + "    }\n";
+    s += copy_row_prefetches({run}, cw, "(cpj + " + A + ")", "_MM_HINT_T0", I + "    ");
+    s += I + "    if (cpl2 > " + A + ") {\n" +
+         copy_row_prefetches({run}, cw, "(cpj + cpl2)", "_MM_HINT_T1", I + "      ") + I + "    }\n";
   }
   return s + I + "    ++cpj;\n" + I + "  }\n" + I + "}\n";
 }

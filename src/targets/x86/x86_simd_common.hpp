@@ -69,6 +69,10 @@ struct Tuning {
   // 768 -> 2048: 0.91-1.00x the time on Ice Lake, 0.98x on the lent host; 32-column panels two
   // at a time: 1.00-1.02x).
   int bcopy = 0;
+  // GEMM-rooted kinds on the zmm tile, f32 B [K, N] with N > 256: 4 to srows - 1 rows stream B
+  // through an 8-row register block (row_run_gemm; 4 or less: never). The ymm tile keeps its
+  // skinny path below 8 rows.
+  int srows = 14;
   // Attention with at most fq query rows per head takes the few-query path (K and V read in
   // place: x86_simd_attention_few.cpp); 0 sends every call through the flash loop. 8: against
   // the flash loop on Zen 5 (H = 32, Nk = 2048, D = 128) M = 4 / 8 / 16 took 0.36 / 0.61 /
@@ -249,6 +253,14 @@ std::string amx_pack_b(const GemmPlan& plan, const StorageLoad& ld, const std::s
 std::string amx_special_fixup(const GemmPlan& plan, const StorageLoad& ld, const std::string& indent);
 
 std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning& tuning);
+// Few-row GEMMs with B read where it lies (x86_simd_gemm_rows.cpp): 4 <= M < Tuning::srows
+// rows and N > 256 stream B's rows through an 8-row register block on the zmm tile.
+std::string row_run_gemm(const GemmPlan& plan, const StorageLoad& ld, const Tuning& tuning);
+// A loop normalising rows [lo, hi) of `out` with the plan's row reduction.
+std::string reduce_rows(const GemmPlan& plan, const std::string& lo, const std::string& hi, const std::string& I);
+// The end of a streaming GEMM path: the epilogue on the thread's columns [j0, j1), the rows'
+// reduction after a barrier, and the return.
+std::string thread_columns_tail(const GemmPlan& plan, const StorageLoad& ld);
 std::string attention_body(const AttentionRegion& region, const StorageLoad& ld, const Tuning& tuning);
 // Whether the op table spells softmax's e^d as expf, so that it may run as 2^(d·log2 e)
 // (x86_simd_attention.cpp); and whether the AVX-512 and AMX lanes' flash loop does (scale > 0:

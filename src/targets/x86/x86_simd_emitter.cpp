@@ -50,10 +50,10 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
     const auto res = std::from_chars(value.data(), value.data() + value.size(), v);
     const bool number = res.ec == std::errc{} && res.ptr == value.data() + value.size();
     // Which tiles a knob belongs to. The AMX tile is 32 rows; `exact` and `overlap` are AMX's;
-    // `stream` is the streaming kinds' and `bpf`, `ksub`, `epf`, `bfuse`, `bnext` and `bcopy` the zmm
-    // and ymm tiles' (AMX's packing prefetches its own way; its tiles sum in their own order
-    // and keep their own epilogue); `fq` is attention's few-query path, on zmm or ymm registers
-    // in all three lanes.
+    // `stream` is the streaming kinds' and `bpf`, `ksub`, `epf`, `bfuse`, `bnext`, `bcopy` and
+    // `srows` the zmm and ymm tiles' (`srows` the zmm tile's only; AMX's packing prefetches its
+    // own way; its tiles sum in their own order and keep their own epilogue); `fq` is
+    // attention's few-query path, on zmm or ymm registers in all three lanes.
     enum class On { any, vector, amx };
     // hi_avx2: the ymm tile's bound where it differs (6 rows).
     struct Knob {
@@ -63,23 +63,17 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
       On on;
       int hi_avx2 = -1;
     };
-    static constexpr Knob kKnobs[] = {{"mr", &simd::Tuning::mr, 4, 14, On::vector, 6},
-                                      {"kc", &simd::Tuning::kc, 16, 1 << 16, On::any},
-                                      {"mc", &simd::Tuning::mc, 1, 1 << 16, On::any},
-                                      {"nb", &simd::Tuning::nb, 32, 4096, On::any},
-                                      {"serial", &simd::Tuning::serial, 0, 1 << 30, On::any},
-                                      {"exact", &simd::Tuning::exact, 0, 1, On::amx},
-                                      {"overlap", &simd::Tuning::overlap, 0, 1, On::amx},
-                                      {"stream", &simd::Tuning::stream, 0, 2, On::vector},
-                                      {"bpf", &simd::Tuning::bpf, 0, 256, On::vector},
-                                      {"ksub", &simd::Tuning::ksub, 0, 1 << 16, On::vector},
-                                      {"epf", &simd::Tuning::epf, 0, 1, On::vector},
-                                      {"bfuse", &simd::Tuning::bfuse, 0, 1, On::vector},
-                                      {"bnext", &simd::Tuning::bnext, 0, 1, On::vector},
-                                      {"bcopy", &simd::Tuning::bcopy, 0, 2, On::vector},
-                                      {"fq", &simd::Tuning::fq, 0, 64, On::any},
-                                      {"steal", &simd::Tuning::steal, 0, 1, On::vector},
-                                      {"lag", &simd::Tuning::lag, 0, 1000000, On::vector}};
+    static constexpr Knob kKnobs[] = {
+        {"mr", &simd::Tuning::mr, 4, 14, On::vector, 6},        {"kc", &simd::Tuning::kc, 16, 1 << 16, On::any},
+        {"mc", &simd::Tuning::mc, 1, 1 << 16, On::any},         {"nb", &simd::Tuning::nb, 32, 4096, On::any},
+        {"serial", &simd::Tuning::serial, 0, 1 << 30, On::any}, {"exact", &simd::Tuning::exact, 0, 1, On::amx},
+        {"overlap", &simd::Tuning::overlap, 0, 1, On::amx},     {"stream", &simd::Tuning::stream, 0, 2, On::vector},
+        {"bpf", &simd::Tuning::bpf, 0, 256, On::vector},        {"ksub", &simd::Tuning::ksub, 0, 1 << 16, On::vector},
+        {"epf", &simd::Tuning::epf, 0, 1, On::vector},          {"bfuse", &simd::Tuning::bfuse, 0, 1, On::vector},
+        {"bnext", &simd::Tuning::bnext, 0, 1, On::vector},      {"bcopy", &simd::Tuning::bcopy, 0, 2, On::vector},
+        {"srows", &simd::Tuning::srows, 0, 64, On::vector},     {"fq", &simd::Tuning::fq, 0, 64, On::any},
+        {"steal", &simd::Tuning::steal, 0, 1, On::vector},      {"lag", &simd::Tuning::lag, 0, 1000000, On::vector},
+    };
     const Knob* knob = nullptr;
     std::string names;
     for (const Knob& k : kKnobs) {

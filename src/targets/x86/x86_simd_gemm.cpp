@@ -15,7 +15,8 @@
 //     stored once.
 //     Row reductions run on the item's finished rows while they are still in L2.
 // Narrow GEMMs (N <= 256) read A and B where they lie instead (fusor_ukr_direct), and fewer
-// than 8 rows stream B unpacked (skinny_gemm); edge panels of any row count run as tiles of 8,
+// than 8 rows stream B unpacked (4 to 13 on the zmm tile through a register block,
+// row_run_gemm in x86_simd_gemm_rows.cpp; fewer, skinny_gemm); edge panels of any row count run as tiles of 8,
 // 4, 2 and 1 rows, so row blocks are multiples of 4 rows.
 // Gated regions interleave Wg and Wu per panel ([16 gate columns | 16 up columns]) so one
 // micro-kernel call yields both products of the same output columns. The x86_amx lane runs
@@ -273,14 +274,32 @@ std::string edge_tiles_source(int mr, bool avx2, bool in_place, int pack_ahead, 
                            "lda, ", "b, ldb", "fusor_ukr_direct", "fusor_ukr_direct", "a + r * lda");
 }
 
-namespace {
-
 // A loop normalising rows [lo, hi) of `out` with the plan's row reduction.
 std::string reduce_rows(const GemmPlan& plan, const std::string& lo, const std::string& hi, const std::string& I) {
   return I + "for (int64_t i = " + lo + "; i < " + hi + "; ++i) {\n" + I + "  float* row = out + i * N;\n" +
          row_norm_simd(*plan.reduction, "row", "row", "N", codegen::float_literal(plan.eps), "", "", I + "  ") + I +
          "}\n";
 }
+
+// The end of a streaming path: the epilogue from the op table on the thread's columns [j0, j1)
+// (K = 0: the sums are zero), the rows' reduction after a barrier, and the return.
+std::string thread_columns_tail(const GemmPlan& plan, const StorageLoad& ld) {
+  const auto& d = c99_simd_dialect();
+  std::string s;
+  const bool has_bias = std::find(plan.epilogue.begin(), plan.epilogue.end(), Op::bias) != plan.epilogue.end();
+  s += "      for (int64_t m = 0; m < M; ++m) {\n        float* restrict o = out + m * N;\n";
+  s += "        #pragma omp simd\n        for (int64_t j = j0; j < j1; ++j) {\n";
+  s += "          float v = K > 0 ? o[j] : 0.0f;\n";
+  s += codegen::render_gemm_epilogue(d, std::nullopt, plan.epilogue, has_bias ? ld.load("bias", "j") : "",
+                                     plan.residual ? ld.load("res", "m * N + j") : "", "          ");
+  s += "          o[j] = v;\n        }\n      }\n";
+  if (plan.reduction) {
+    s += "      #pragma omp barrier\n      #pragma omp for schedule(static)\n" + reduce_rows(plan, "0", "M", "      ");
+  }
+  return s + "    }\n    return sfail ? 2 : 0;\n  }\n";
+}
+
+namespace {
 
 // Fewer than 8 rows (a decoder's few tokens) and N > 256: B is streamed, not packed. A GEMM of so few rows
 // reads each element of B once, so its time is B's trip from memory; packed 32 columns at a
@@ -291,7 +310,6 @@ std::string reduce_rows(const GemmPlan& plan, const std::string& lo, const std::
 // the packed path (development VM, 4096 x 4096 B): 2.5x faster at M = 1, 1.45x at 4, 1.33x at
 // 6 and 7, 0.95x at 8; at N = 256 the in-place tile is faster (M = 1: 0.8x here).
 std::string skinny_gemm(const GemmPlan& plan, const StorageLoad& ld) {
-  const auto& d = c99_simd_dialect();
   std::string s = "  if (M < 8 && !direct) {\n    int sfail = 0;\n";
   s += "    " + omp_parallel("M * N * K") + "\n    {\n";
   s += "      int nt = 1, me = 0;\n#ifdef _OPENMP\n      nt = omp_get_num_threads(), me = omp_get_thread_num();\n"
@@ -330,18 +348,7 @@ std::string skinny_gemm(const GemmPlan& plan, const StorageLoad& ld) {
   s += "          #pragma omp simd\n";
   s += "          for (int64_t j = j0; j < j1; ++j) o[j] = (k0 == 0 ? 0.0f : o[j]) + p[j - j0];\n        }\n";
   s += "      }\n";
-  // The epilogue from the op table on the thread's columns (K = 0: the sums are zero).
-  const bool has_bias = std::find(plan.epilogue.begin(), plan.epilogue.end(), Op::bias) != plan.epilogue.end();
-  s += "      for (int64_t m = 0; m < M; ++m) {\n        float* restrict o = out + m * N;\n";
-  s += "        #pragma omp simd\n        for (int64_t j = j0; j < j1; ++j) {\n";
-  s += "          float v = K > 0 ? o[j] : 0.0f;\n";
-  s += codegen::render_gemm_epilogue(d, std::nullopt, plan.epilogue, has_bias ? ld.load("bias", "j") : "",
-                                     plan.residual ? ld.load("res", "m * N + j") : "", "          ");
-  s += "          o[j] = v;\n        }\n      }\n";
-  if (plan.reduction) {
-    s += "      #pragma omp barrier\n      #pragma omp for schedule(static)\n" + reduce_rows(plan, "0", "M", "      ");
-  }
-  return s + "    }\n    return sfail ? 2 : 0;\n  }\n";
+  return s + thread_columns_tail(plan, ld);
 }
 
 } // namespace
@@ -608,7 +615,11 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
   // Narrow B (<= 8 panels): A and B are read in place. Packing them costs as much as a few
   // micro-kernel calls, and each packed panel would serve few; rows 1 KiB apart or less keep
   // B's reads prefetchable (wide B read in place measured 1.2-2.5x slower).
-  if (in_place) s += "  const int direct = N <= 256;\n" + skinny_gemm(plan, ld);
+  if (in_place) {
+    s += "  const int direct = N <= 256;\n";
+    if (!tuning.avx2 && tuning.srows > 4) s += row_run_gemm(plan, ld, tuning);
+    s += skinny_gemm(plan, ld);
+  }
   if (gated) {
     // Partial sums of both products when K spans several blocks (out holds only one).
     s += "  float* restrict part = NULL;\n";

@@ -204,7 +204,7 @@ TEST(X86Simd, MatmulAndGatedRagged) {
 
 // Narrow GEMMs (N <= 256, f32, row-major, no prologue) read A and B in place, with edge
 // panels as smaller tiles and rows split in blocks of 4, and fewer than 8 rows stream B
-// unpacked (4 to 13 rows through the row path's register block); the other GEMMs keep packing.
+// unpacked (3 to 13 rows through the row path's register block); the other GEMMs keep packing.
 TEST(X86Simd, NarrowGemmReadsOperandsInPlace) {
   REQUIRE_AVX512();
   const auto source = [](const char* text) {
@@ -216,7 +216,7 @@ TEST(X86Simd, NarrowGemmReadsOperandsInPlace) {
   for (const char* text : testing::kInPlaceGemmRegions) {
     EXPECT_NE(source(text).find("fusor_ukr_direct("), std::string::npos) << text;
     EXPECT_NE(source(text).find("if (M < 8 && !direct)"), std::string::npos) << text;
-    EXPECT_NE(source(text).find("if (M >= 4 && M < 14 && !direct)"), std::string::npos) << text;
+    EXPECT_NE(source(text).find("if (M >= 3 && M < 14 && !direct)"), std::string::npos) << text;
     for (const ProblemShape& dims : testing::kInPlaceShapes) expect_matches_reference(region_of(text), dims, 40, 0.5);
     // K in blocks of 16, 6-row tiles (edge pieces 4, 2, 1).
     expect_matches_reference(region_of(text), gemm(37, 100, 129), 41, 0.5, kSmallBlocks);

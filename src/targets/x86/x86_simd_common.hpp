@@ -69,9 +69,10 @@ struct Tuning {
   // 768 -> 2048: 0.91-1.00x the time on Ice Lake, 0.98x on the lent host; 32-column panels two
   // at a time: 1.00-1.02x).
   int bcopy = 0;
-  // GEMM-rooted kinds on the zmm tile, f32 B [K, N] with N > 256: 4 to srows - 1 rows stream B
-  // through an 8-row register block (row_run_gemm; 4 or less: never). The ymm tile keeps its
-  // skinny path below 8 rows.
+  // GEMM-rooted kinds on the zmm and ymm tiles, f32 B [K, N] read in place with N > 256: from
+  // 3 rows (ymm: 4, and B of 16 MiB or more) to srows - 1, B's rows stream through an 8-row
+  // register block (row_run_gemm, which says why these bounds; srows <= 4: never). The ymm
+  // lane's default is 16.
   int srows = 14;
   // Attention with at most fq query rows per head takes the few-query path (K and V read in
   // place: x86_simd_attention_few.cpp); 0 sends every call through the flash loop. 8: against
@@ -253,8 +254,8 @@ std::string amx_pack_b(const GemmPlan& plan, const StorageLoad& ld, const std::s
 std::string amx_special_fixup(const GemmPlan& plan, const StorageLoad& ld, const std::string& indent);
 
 std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning& tuning);
-// Few-row GEMMs with B read where it lies (x86_simd_gemm_rows.cpp): 4 <= M < Tuning::srows
-// rows and N > 256 stream B's rows through an 8-row register block on the zmm tile.
+// Few-row GEMMs with B read where it lies (x86_simd_gemm_rows.cpp): from 3 or 4 rows to
+// Tuning::srows - 1 and N > 256, B's rows stream through an 8-row register block.
 std::string row_run_gemm(const GemmPlan& plan, const StorageLoad& ld, const Tuning& tuning);
 // A loop normalising rows [lo, hi) of `out` with the plan's row reduction.
 std::string reduce_rows(const GemmPlan& plan, const std::string& lo, const std::string& hi, const std::string& I);

@@ -44,7 +44,8 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
   simd::Tuning t;
   t.amx = lane == kAmxLane;
   t.avx2 = lane == kAvx2Lane;
-  if (t.avx2) t.mr = 6; // 12 ymm accumulators, two B vectors and a broadcast: all 16 registers
+  if (t.avx2) t.mr = 6;     // 12 ymm accumulators, two B vectors and a broadcast: all 16 registers
+  if (t.avx2) t.srows = 16; // the ymm row path: see Tuning::srows
   for (const auto& [key, value] : options) {
     int v = 0;
     const auto res = std::from_chars(value.data(), value.data() + value.size(), v);

@@ -14,10 +14,10 @@
 //     lanes at a time with masked edges when the chain renders over __m512) and the value is
 //     stored once.
 //     Row reductions run on the item's finished rows while they are still in L2.
-// Narrow GEMMs (N <= 256) read A and B where they lie instead (fusor_ukr_direct), and fewer
-// than 8 rows stream B unpacked (4 to 13 on the zmm tile through a register block,
-// row_run_gemm in x86_simd_gemm_rows.cpp; fewer, skinny_gemm); edge panels of any row count run as tiles of 8,
-// 4, 2 and 1 rows, so row blocks are multiples of 4 rows.
+// Narrow GEMMs (N <= 256) read A and B where they lie instead (fusor_ukr_direct); few rows
+// through a wider B stream it unpacked (row_run_gemm in x86_simd_gemm_rows.cpp through a
+// register block, fewer than 8 rows otherwise skinny_gemm); edge panels of any row count run
+// as tiles of 8, 4, 2 and 1 rows, so row blocks are multiples of 4 rows.
 // Gated regions interleave Wg and Wu per panel ([16 gate columns | 16 up columns]) so one
 // micro-kernel call yields both products of the same output columns. The x86_amx lane runs
 // this loop nest with its own packing and micro-kernel (Tuning::amx, x86_amx_gemm.cpp), the
@@ -617,7 +617,7 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
   // B's reads prefetchable (wide B read in place measured 1.2-2.5x slower).
   if (in_place) {
     s += "  const int direct = N <= 256;\n";
-    if (!tuning.avx2 && tuning.srows > 4) s += row_run_gemm(plan, ld, tuning);
+    if (tuning.srows > 4) s += row_run_gemm(plan, ld, tuning);
     s += skinny_gemm(plan, ld);
   }
   if (gated) {

@@ -1,23 +1,29 @@
-// Few-row GEMMs through a wide B on the zmm tile (Tuning::srows): a decoder's handful of
-// tokens through a weight. Each element of B serves only M multiply-adds, so the call is B's
-// trip from memory plus M·N·K FMAs, and how B is read decides it. Packed 32 columns at a time
-// (the general path), each panel reads 128 bytes per row of B, a new page every row, and a
-// panel's few row tiles cannot hide that: on Zen 4 (two threads, 4096 x 4096 B) 8 rows took
-// 4.1-4.4 ms, more than 16 rows (3.7). The skinny path (fewer than 4 rows here) reads long
-// runs of B's rows but reloads them from L1 for every row of A.
+// Few-row GEMMs through a wide B (Tuning::srows): a decoder's handful of tokens through a
+// weight. Each element of B serves only M multiply-adds, so the call is B's trip from memory
+// plus M·N·K FMAs, and how B is read decides it. Packed 32 columns at a time (the general
+// path), each panel reads 128 bytes per row of B, a new page every row, and a panel's few row
+// tiles cannot hide that: on Zen 4 (two threads, 4096 x 4096 B) 8 rows took 4.1-4.4 ms, more
+// than 16 rows (3.7). The skinny path (fewer than 8 rows) reads long runs of B's rows but
+// reloads them from L1 for every row of A.
 //
 // Here each thread owns a range of columns and walks K in steps of 8 rows of B, 1024 columns
-// (4 KiB of each row) at a time: for every 32 columns the step's 8 x 32 block of B is loaded
-// into 16 registers once and serves all M rows of A, whose partial sums (M x 1024 floats,
-// restarting every FUSOR_KSUB steps as the tiles' do) go through L1/L2 `part` and are added to
-// `out` per sub-block. A is packed per sub-block as [step][row][8] so a row's 8 broadcasts
-// share a line. The next step's rows are prefetched as the block is loaded. Emitted kernel
-// against the packed path, two threads, 4096 x 4096 B, this harness's medians: Zen 4 4 rows
-// 0.70x the time, 7 0.56x (against the skinny path), 8 0.53x, 12 0.57x; the lent host's Xeon
-// (B rotated through memory or reused from its L3; 16 and 2 threads) 0.52-0.78x at 4-12 rows.
-// At 15 rows it lost with B in that L3 (1.06-1.15x), so from 14 rows, one full register tile
-// of the packed path, the tiles take over. Below 4 rows it gains little (2-3 rows 0.94x) and
-// loses at 1 row (1.10x), where the skinny path reads B at the read rate, so those keep it.
+// (4 KiB of each row) at a time: the step's block of B is loaded into registers once (zmm:
+// 8 x 32 in 16 registers; ymm: 8 x 8 in 8) and serves all M rows of A, whose partial sums
+// (M x 1024 floats, restarting every FUSOR_KSUB steps as the tiles' do) go through `part` and
+// are added to `out` per sub-block. A is packed per sub-block as [step][row][8] so a row's 8
+// broadcasts share a line. The next step's rows are prefetched as the block is loaded.
+//
+// Emitted kernels against the path each replaces, medians of alternating calls, 4096 x 4096 B:
+// * zmm, Zen 4, two threads: 3 rows 0.84x the time (skinny), 4 0.70x, 7 0.56x, 8 0.53x, 12
+//   0.57x, 15 0.86x; B of 1-8 MiB in cache: 0.58-0.91x at 3-12 rows. The lent host's Xeon (16
+//   and 2 threads, B rotated through memory or reused from its 300 MiB L3): 0.43-0.79x at
+//   3-13 rows, but 15 rows 1.06-1.15x with B in that L3, so from 14 rows (one full 14-row tile
+//   of the packed path) the tiles take over. 1 row stays on the skinny path, which reads B at
+//   the read rate (the row path 1.10x; 2 rows 0.64-1.14x, mixed).
+// * ymm (the AVX2 lane): Zen 4, two threads, 7-32 rows 0.48-0.87x with B from memory, but with
+//   B of 1-8 MiB in cache 1.1-1.4x, so only B of 16 MiB or more (2048 x 2048 8 rows 0.75x);
+//   the lent host with B rotated 0.38-0.89x at 4-31 rows on two threads, 0.62-0.85x at 4-16
+//   on 16; with B reused from its L3 on 16 threads 16-31 rows took 1.09-1.41x, so 4-15 rows.
 #include "codegen/c_renderer.hpp"
 #include "targets/x86/x86_simd_common.hpp"
 
@@ -27,7 +33,7 @@ namespace {
 
 // One 8-row step over the 32 columns at j: B's block into registers (rows past `kr` are zero
 // when not `full`), the next step's rows prefetched, then every row of A.
-std::string row_step(bool full, const std::string& I) {
+std::string zmm_row_step(bool full, const std::string& I) {
   std::string s = I + "__m512 b0[8], b1[8];\n";
   s += I + "#pragma GCC unroll 8\n" + I + "for (int t = 0; t < 8; ++t) {\n";
   const std::string load0 = "_mm512_maskz_loadu_ps(m0, b + t * N + j)",
@@ -54,10 +60,37 @@ std::string row_step(bool full, const std::string& I) {
   return s;
 }
 
+// The ymm tile's step over the 8 columns at j (16 registers: B's 8 x 8 block, a row's two
+// FMA chains, even and odd k, and their broadcasts); a line of the next step's rows is
+// prefetched every second group.
+std::string ymm_row_step(bool full, const std::string& I) {
+  std::string s = I + "__m256 b0[8];\n";
+  if (full) {
+    s += I + "if (((j - jc) & 15) == 0) {\n" + I + "  #pragma GCC unroll 8\n";
+    s += I + "  for (int t = 0; t < 8; ++t) _mm_prefetch((const char*)(b + (8 + t) * N + j), _MM_HINT_T0);\n";
+    s += I + "}\n";
+  }
+  s += I + "#pragma GCC unroll 8\n" + I + "for (int t = 0; t < 8; ++t)\n";
+  s += full ? I + "  b0[t] = _mm256_loadu_ps(b + t * N + j);\n"
+            : I + "  b0[t] = t < kr ? _mm256_maskload_ps(b + t * N + j, mk) : _mm256_setzero_ps();\n";
+  s += I + "for (int64_t m = 0; m < M; ++m) {\n";
+  s += I + "  float* restrict pm = part + m * FUSOR_RUNP + (j - jc);\n";
+  s += I + "  const float* restrict am = as + m * 8;\n";
+  s += I + "  __m256 c0 = kb == k0 ? _mm256_setzero_ps() : _mm256_load_ps(pm), c1 = _mm256_setzero_ps();\n";
+  s += I + "  #pragma GCC unroll 4\n" + I + "  for (int t = 0; t < 8; t += 2) {\n";
+  s += I + "    c0 = _mm256_fmadd_ps(_mm256_broadcast_ss(am + t), b0[t], c0);\n";
+  s += I + "    c1 = _mm256_fmadd_ps(_mm256_broadcast_ss(am + t + 1), b0[t + 1], c1);\n" + I + "  }\n";
+  s += I + "  _mm256_store_ps(pm, _mm256_add_ps(c0, c1));\n" + I + "}\n";
+  return s;
+}
+
 } // namespace
 
 std::string row_run_gemm(const GemmPlan& plan, const StorageLoad& ld, const Tuning& tuning) {
-  std::string s = "  if (M >= 4 && M < " + std::to_string(tuning.srows) + " && !direct) {\n    int sfail = 0;\n";
+  // The ymm tile's packed path wins while B stays in cache (4-12 rows, B of 1-8 MiB: the row
+  // path 1.1-1.4x the time on Zen 4), so it streams B from 16 MiB up.
+  std::string s = "  if (M >= " + std::string(tuning.avx2 ? "4" : "3") + " && M < " + std::to_string(tuning.srows) +
+                  " && !direct" + (tuning.avx2 ? " && (double)K * N >= 4194304.0" : "") + ") {\n    int sfail = 0;\n";
   // part rows 1024 + 16 floats apart: 4 KiB apart they would share L1 sets with B's rows.
   s += "    enum { FUSOR_RUNC = 1024, FUSOR_RUNP = 1040 };\n";
   s += "    " + omp_parallel("M * N * K") + "\n    {\n";
@@ -79,13 +112,23 @@ std::string row_run_gemm(const GemmPlan& plan, const StorageLoad& ld, const Tuni
   s += "            const float* restrict b = B + kb * N;\n";
   s += "            const float* restrict as = ap + (kb - k0) * M;\n";
   s += "            const int64_t kr = k1 - kb < 8 ? k1 - kb : 8;\n";
-  s += "            for (int64_t j = jc; j < je; j += 32) {\n";
-  s += "              const int64_t w = je - j;\n";
-  s += "              const __mmask16 m0 = w >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << w) - 1u);\n";
-  s += "              const __mmask16 m1 = w >= 32 ? (__mmask16)0xFFFF : w <= 16 ? (__mmask16)0 : "
-       "(__mmask16)((1u << (w - 16)) - 1u);\n";
-  s += "              if (kr == 8) {\n" + row_step(true, "                ") + "              } else {\n" +
-       row_step(false, "                ") + "              }\n";
+  const std::string I = "                ";
+  if (tuning.avx2) {
+    s += "            for (int64_t j = jc; j < je; j += 8) {\n";
+    s += "              const int64_t w = je - j;\n";
+    s += "              if (kr == 8 && w >= 8) {\n" + ymm_row_step(true, I) + "              } else {\n";
+    s += "                const __m256i mk = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(w < 8 ? w : 8)), "
+         "_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));\n";
+    s += ymm_row_step(false, I) + "              }\n";
+  } else {
+    s += "            for (int64_t j = jc; j < je; j += 32) {\n";
+    s += "              const int64_t w = je - j;\n";
+    s += "              const __mmask16 m0 = w >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << w) - 1u);\n";
+    s += "              const __mmask16 m1 = w >= 32 ? (__mmask16)0xFFFF : w <= 16 ? (__mmask16)0 : "
+         "(__mmask16)((1u << (w - 16)) - 1u);\n";
+    s += "              if (kr == 8) {\n" + zmm_row_step(true, I) + "              } else {\n" +
+         zmm_row_step(false, I) + "              }\n";
+  }
   s += "            }\n          }\n";
   s += "          for (int64_t m = 0; m < M; ++m) {\n";
   s += "            float* restrict o = out + m * N;\n            const float* restrict pm = part + m * FUSOR_RUNP - "

@@ -13,17 +13,20 @@
 // are added to `out` per sub-block. A is packed per sub-block as [step][row][8] so a row's 8
 // broadcasts share a line. The next step's rows are prefetched as the block is loaded.
 //
-// Emitted kernels against the path each replaces, medians of alternating calls, 4096 x 4096 B:
-// * zmm, Zen 4, two threads: 3 rows 0.84x the time (skinny), 4 0.70x, 7 0.56x, 8 0.53x, 12
-//   0.57x, 15 0.86x; B of 1-8 MiB in cache: 0.58-0.91x at 3-12 rows. The lent host's Xeon (16
-//   and 2 threads, B rotated through memory or reused from its 300 MiB L3): 0.43-0.79x at
-//   3-13 rows, but 15 rows 1.06-1.15x with B in that L3, so from 14 rows (one full 14-row tile
-//   of the packed path) the tiles take over. 1 row stays on the skinny path, which reads B at
-//   the read rate (the row path 1.10x; 2 rows 0.64-1.14x, mixed).
-// * ymm (the AVX2 lane): Zen 4, two threads, 7-32 rows 0.48-0.87x with B from memory, but with
-//   B of 1-8 MiB in cache 1.1-1.4x, so only B of 16 MiB or more (2048 x 2048 8 rows 0.75x);
-//   the lent host with B rotated 0.38-0.89x at 4-31 rows on two threads, 0.62-0.85x at 4-16
-//   on 16; with B reused from its L3 on 16 threads 16-31 rows took 1.09-1.41x, so 4-15 rows.
+// Emitted kernels against the path each replaces, medians of alternating calls, B 4096 x 4096
+// reused (partly in L3) or cold (copies of B in turn), two threads unless said:
+// * zmm, Zen 4: reused 3 rows 0.84x the time (skinny), 4 0.70x, 7 0.56x, 8 0.53x, 12 0.57x,
+//   15 0.86x; cold 3-4 rows 0.98-1.02x, 8 0.56x, 12 0.63x, 15 0.89x; B of 1-8 MiB in cache
+//   0.58-0.91x at 3-12 rows. The lent host's Xeon: cold 3 rows 0.86x, 4 0.79x, 8-13
+//   0.64-0.66x; B in its 300 MiB L3 0.65-0.78x at 3-13 rows, but 15 rows 1.02x and 16 rows
+//   1.09x (16 threads 1.16x), so from 14 rows (one full 14-row tile of the packed path) the
+//   tiles take over. 1 row stays on the skinny path, which reads B at the read rate (the row
+//   path 1.10-1.21x; 2 rows 0.64-1.14x, mixed).
+// * ymm (the AVX2 lane), Zen 4: reused 7-32 rows 0.48-0.87x; cold 4 rows 0.96x, 8 0.57x, 12
+//   0.93x, 16 1.00x; but B of 1-8 MiB in cache 1.1-1.4x, so only B of 16 MiB or more (2048 x
+//   2048 at 8 rows 0.75x). The lent host: cold 0.52-0.81x at 4-16 rows (4096^2 and 2048^2); B
+//   in its L3 0.76-0.86x at 8-16 rows of 4096^2, 0.93-1.01x of 2048^2, and 24 rows 1.10-1.24x,
+//   so 4-15 rows.
 #include "codegen/c_renderer.hpp"
 #include "targets/x86/x86_simd_common.hpp"
 

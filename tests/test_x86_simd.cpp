@@ -148,8 +148,12 @@ TEST(X86Simd, FusedRaggedShapes) {
   }
   expect_matches_reference(region_of("fused { epilogue = [bias, gelu] }"), gemm(129, 4096, 129), 8, 0.3);
   // Sub-blocks off (sums restart at K blocks only) and of 7 steps (ragged in every K block).
-  for (const char* ksub : {"0", "7"})
+  for (const char* ksub : {"0", "7"}) {
     expect_matches_reference(region, gemm(29, 300, 129), 16, 0.5, {{"ksub", ksub}, {"kc", "40"}});
+    // Few rows, operands in place: the row path (zmm) or the skinny one, sub-blocks off or ragged.
+    expect_matches_reference(region_of("fused { epilogue = [bias, gelu]; residual = true }"), gemm(5, 300, 129), 16,
+                             0.5, {{"ksub", ksub}});
+  }
   // B's packing with its prefetches off and 3 rows ahead (the last rows of every K block have none).
   for (const char* ahead : {"0", "3"}) {
     expect_matches_reference(region, gemm(129, 300, 129), 14, 0.5, {{"bpf", ahead}, {"kc", "40"}});

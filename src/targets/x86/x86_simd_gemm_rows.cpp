@@ -102,7 +102,9 @@ std::string row_run_gemm(const GemmPlan& plan, const StorageLoad& ld, const Tuni
   s += "      const int64_t per = fusor_cdiv(fusor_cdiv(N, nt), 32) * 32;\n";
   s += "      const int64_t j0 = me * per < N ? me * per : N, j1 = j0 + per < N ? j0 + per : N;\n";
   s += "      float* restrict part = (float*)fusor_scratch(1, sizeof(float) * (size_t)(M * FUSOR_RUNP));\n";
-  s += "      float* restrict ap = (float*)fusor_scratch(2, sizeof(float) * (size_t)(M * (FUSOR_KSUB + 8)));\n";
+  // A's sub-block: FUSOR_KSUB rows of K at most (with ksub=0 that is all of K).
+  s += "      const int64_t kspan = K < FUSOR_KSUB ? K : FUSOR_KSUB;\n";
+  s += "      float* restrict ap = (float*)fusor_scratch(2, sizeof(float) * (size_t)(M * (kspan + 8)));\n";
   s += "      if (!part || !ap) {\n        #pragma omp atomic write\n        sfail = 1;\n      }\n";
   s += "      for (int64_t k0 = 0; part && ap && k0 < K; k0 += FUSOR_KSUB) {\n";
   s += "        const int64_t k1 = K - k0 > FUSOR_KSUB ? k0 + FUSOR_KSUB : K;\n";

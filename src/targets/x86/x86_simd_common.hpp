@@ -259,8 +259,10 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
 std::string row_run_gemm(const GemmPlan& plan, const StorageLoad& ld, const Tuning& tuning);
 // A loop normalising rows [lo, hi) of `out` with the plan's row reduction.
 std::string reduce_rows(const GemmPlan& plan, const std::string& lo, const std::string& hi, const std::string& I);
-// The end of a streaming GEMM path: the epilogue on the thread's columns [j0, j1), the rows'
-// reduction after a barrier, and the return.
+// The start of a streaming GEMM path's parallel region (each thread's columns [j0, j1), in
+// units of `align`) and its end: the epilogue on those columns, the rows' reduction after a
+// barrier, and the return.
+std::string thread_columns_head(int align);
 std::string thread_columns_tail(const GemmPlan& plan, const StorageLoad& ld);
 std::string attention_body(const AttentionRegion& region, const StorageLoad& ld, const Tuning& tuning);
 // Whether the op table spells softmax's e^d as expf, so that it may run as 2^(d·log2 e)

@@ -281,6 +281,17 @@ std::string reduce_rows(const GemmPlan& plan, const std::string& lo, const std::
          "}\n";
 }
 
+// The start of a streaming path's parallel region: each thread's range of columns [j0, j1),
+// `align` columns a unit.
+std::string thread_columns_head(int align) {
+  const std::string a = std::to_string(align);
+  std::string s = "    " + omp_parallel("M * N * K") + "\n    {\n";
+  s += "      int nt = 1, me = 0;\n#ifdef _OPENMP\n      nt = omp_get_num_threads(), me = omp_get_thread_num();\n"
+       "#endif\n";
+  s += "      const int64_t per = fusor_cdiv(fusor_cdiv(N, nt), " + a + ") * " + a + ";\n";
+  return s + "      const int64_t j0 = me * per < N ? me * per : N, j1 = j0 + per < N ? j0 + per : N;\n";
+}
+
 // The end of a streaming path: the epilogue from the op table on the thread's columns [j0, j1)
 // (K = 0: the sums are zero), the rows' reduction after a barrier, and the return.
 std::string thread_columns_tail(const GemmPlan& plan, const StorageLoad& ld) {
@@ -311,11 +322,7 @@ namespace {
 // 6 and 7, 0.95x at 8; at N = 256 the in-place tile is faster (M = 1: 0.8x here).
 std::string skinny_gemm(const GemmPlan& plan, const StorageLoad& ld) {
   std::string s = "  if (M < 8 && !direct) {\n    int sfail = 0;\n";
-  s += "    " + omp_parallel("M * N * K") + "\n    {\n";
-  s += "      int nt = 1, me = 0;\n#ifdef _OPENMP\n      nt = omp_get_num_threads(), me = omp_get_thread_num();\n"
-       "#endif\n";
-  s += "      const int64_t per = fusor_cdiv(fusor_cdiv(N, nt), 16) * 16;\n";
-  s += "      const int64_t j0 = me * per < N ? me * per : N, j1 = j0 + per < N ? j0 + per : N;\n";
+  s += thread_columns_head(16);
   // Each sub-block of FUSOR_KSUB rows of B sums into the thread's `part` rows, which are then
   // added to `out`: as the tiles' sums, three levels (pairs, sub-blocks, the running sum).
   s += "      float* restrict part = (float*)fusor_scratch(1, sizeof(float) * (size_t)(M * per));\n";

@@ -96,11 +96,7 @@ std::string row_run_gemm(const GemmPlan& plan, const StorageLoad& ld, const Tuni
                   " && !direct" + (tuning.avx2 ? " && (double)K * N >= 4194304.0" : "") + ") {\n    int sfail = 0;\n";
   // part rows 1024 + 16 floats apart: 4 KiB apart they would share L1 sets with B's rows.
   s += "    enum { FUSOR_RUNC = 1024, FUSOR_RUNP = 1040 };\n";
-  s += "    " + omp_parallel("M * N * K") + "\n    {\n";
-  s += "      int nt = 1, me = 0;\n#ifdef _OPENMP\n      nt = omp_get_num_threads(), me = omp_get_thread_num();\n"
-       "#endif\n";
-  s += "      const int64_t per = fusor_cdiv(fusor_cdiv(N, nt), 32) * 32;\n";
-  s += "      const int64_t j0 = me * per < N ? me * per : N, j1 = j0 + per < N ? j0 + per : N;\n";
+  s += thread_columns_head(32);
   s += "      float* restrict part = (float*)fusor_scratch(1, sizeof(float) * (size_t)(M * FUSOR_RUNP));\n";
   // A's sub-block: FUSOR_KSUB rows of K at most (with ksub=0 that is all of K).
   s += "      const int64_t kspan = K < FUSOR_KSUB ? K : FUSOR_KSUB;\n";

@@ -224,10 +224,10 @@ Expected<KernelSource> emit_lane(const Region& region, const EmitOptions& option
   std::string head = "/* fusor kernel | region: " + print_region(region) + " | lane: " + std::string(lane) +
                      " | spec: " + key + " */\n";
   // The ymm lane on a host that has AVX-512 too: -march=native would let GCC encode its ymm code
-  // in EVEX and use ymm16-31, longer instructions that cost the GEMM tiles 3-12 % on Zen 4 (512
-  // x 2048 x 768, stand-alone driver: bias alone 0.875x the time without them, bias + residual
-  // 0.93x, bias + GELU 0.97x); the lane is for AVX2 hosts, so it is compiled as one (before the
-  // includes, so the intrinsics share the target). Clang has no such pragma and is left as is.
+  // in EVEX and use ymm16-31, longer instructions that cost the GEMM tiles up to 14 % on Zen 4
+  // (512 x 2048 x 768, stand-alone driver: bias alone 0.875x the time without them, bias +
+  // residual 0.90x, bias + GELU 0.97x); the lane is for AVX2 hosts, so it is compiled as one
+  // (before the includes, so the intrinsics share the target). Clang has no such pragma.
   if (tuning.avx2)
     head += "#if defined(__GNUC__) && !defined(__clang__) && defined(__AVX512F__)\n#pragma GCC target(\"no-avx512f\")\n"
             "#endif\n";

@@ -221,6 +221,12 @@ TEST(X86Avx2, NarrowGemmReadsOperandsInPlace) {
   }
 }
 
+// (Off by default on the ymm tile: crows = 0.)
+TEST(X86Avx2, ColdBRowsPath) {
+  REQUIRE_AVX2();
+  testing::expect_cold_b_rows_path("x86_avx2");
+}
+
 TEST(X86Avx2, KBlocksSumFromZero) {
   REQUIRE_AVX2();
   testing::expect_k_blocks_sum_from_zero("x86_avx2");
@@ -298,6 +304,11 @@ TEST(X86Avx2, AttentionFewQueryRows) {
 TEST(X86Avx2, AttentionFewQueryRowsSpecialValues) {
   REQUIRE_AVX2();
   testing::expect_few_query_special_values("x86_avx2");
+}
+
+TEST(X86Avx2, SoftmaxRowsInBase2KeepExtremeRows) {
+  REQUIRE_AVX2();
+  testing::expect_softmax_row_extremes("x86_avx2");
 }
 
 // Norm chains, pointwise DAGs and reductions: outputs past the last-level cache are streamed

@@ -220,7 +220,13 @@ TEST(X86Simd, NarrowGemmReadsOperandsInPlace) {
   for (const char* text : testing::kInPlaceGemmRegions) {
     EXPECT_NE(source(text).find("fusor_ukr_direct("), std::string::npos) << text;
     EXPECT_NE(source(text).find("if (M < 8 && !direct)"), std::string::npos) << text;
-    EXPECT_NE(source(text).find("if (M >= 3 && M < 14 && !direct)"), std::string::npos) << text;
+    // 3 to 13 rows; 14 to 24 where B is larger than the host's last-level cache.
+    const std::string llc = std::to_string(host_llc_bytes()) + ".0";
+    EXPECT_NE(source(text).find(host_llc_bytes() > 0 ? "if (M >= 3 && (M < 14 || (M < 25 && 4.0 * (double)K * N > " +
+                                                           llc + ")) && !direct)"
+                                                     : "if (M >= 3 && M < 14 && !direct)"),
+              std::string::npos)
+        << text;
     for (const ProblemShape& dims : testing::kInPlaceShapes) expect_matches_reference(region_of(text), dims, 40, 0.5);
     // K in blocks of 16, 6-row tiles (edge pieces 4, 2, 1).
     expect_matches_reference(region_of(text), gemm(37, 100, 129), 41, 0.5, kSmallBlocks);
@@ -232,6 +238,11 @@ TEST(X86Simd, NarrowGemmReadsOperandsInPlace) {
 
 // Threads out of items take panels of a late thread's last K block
 // (testing::expect_late_thread_panels_taken).
+TEST(X86Simd, ColdBRowsPath) {
+  REQUIRE_AVX512();
+  testing::expect_cold_b_rows_path("x86_avx512");
+}
+
 TEST(X86Simd, LateThreadsPanelsAreTaken) {
   REQUIRE_AVX512();
   testing::expect_late_thread_panels_taken("x86_avx512");
@@ -362,15 +373,16 @@ TEST(X86Simd, NormChainRowSplitAndIsolation) {
   // the scalar helper.
   auto softmax = lane(RegionKind::norm_chain)->emit(region_of("norm_chain { norm = softmax; weight = true }"), {});
   ASSERT_TRUE(softmax.ok());
-  EXPECT_NE(softmax->source.find("fusor_expf16(d0_)"), std::string::npos);
+  EXPECT_NE(softmax->source.find("fusor_exp2f16(d0_)"), std::string::npos); // 2^(x·log2 e - c·log2 e)
   EXPECT_EQ(softmax->source.find("fusor_expf(d"), std::string::npos);
   // Softmax keeps its terms e^(x - max) for the output pass (eb_) and, on rows read in place,
   // takes the next row's maximum while it writes this one (mx_).
   EXPECT_NE(softmax->source.find("eb_ + j_"), std::string::npos);
   EXPECT_NE(softmax->source.find("mx_ = _mm512_max_ps("), std::string::npos);
-  EXPECT_EQ(softmax->source.find("fusor_expf16(d_)"), std::string::npos); // e^x once per element
+  EXPECT_EQ(softmax->source.find("fusor_exp2f16(d_)"), std::string::npos); // e^x once per element
+  EXPECT_EQ(softmax->source.find("fusor_expf16(d_)"), std::string::npos);
   // Its e^x pass, which reads only the cached row, also brings the next row toward L2.
-  const size_t sum_pass = softmax->source.find("fusor_expf16(d0_)");
+  const size_t sum_pass = softmax->source.find("fusor_exp2f16(d0_)");
   const size_t next_row = softmax->source.find("_mm_prefetch((const char*)(xn + j_ + 48), _MM_HINT_T1);");
   ASSERT_NE(next_row, std::string::npos);
   EXPECT_LT(next_row, sum_pass);
@@ -396,6 +408,11 @@ TEST(X86Simd, NormChainRowSplitAndIsolation) {
         EXPECT_EQ(std::isnan(out->output.data[i]), i / 37 == 1 || (softmax_row && i / 37 == 3))
             << norm << (res ? " staged" : " in place") << " element " << i;
     }
+}
+
+TEST(X86Simd, SoftmaxRowsInBase2KeepExtremeRows) {
+  REQUIRE_AVX512();
+  testing::expect_softmax_row_extremes("x86_avx512");
 }
 
 TEST(X86Simd, StreamingKinds) {

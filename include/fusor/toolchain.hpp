@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -40,6 +41,9 @@ Expected<ProcessResult> run_process(const std::vector<std::string>& argv, std::c
 std::string host_isa();
 bool host_has_avx512();   // avx512f + bw + vl + dq: what the x86_avx512 lane's kernels assume
 bool host_has_avx2_fma(); // avx2 + fma: what the x86_avx2 lane's kernels assume
+// The last-level cache one core of the host sees, in bytes (0: unknown). Read from sysfs: glibc's
+// sysconf(_SC_LEVEL3_CACHE_SIZE) reported 320 MiB on a Zen 4 VM whose L3 is 32 MiB.
+std::int64_t host_llc_bytes();
 // Why this process cannot run AMX bf16 tiles (nullopt: it can): the CPU lacks amx_tile or
 // amx_bf16, or the kernel refuses the tile state (arch_prctl ARCH_REQ_XCOMP_PERM, which
 // this asks for, once, as the x86_amx lane's kernels do).

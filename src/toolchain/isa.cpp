@@ -69,6 +69,24 @@ bool host_has_avx512() {
 #endif
 }
 
+std::int64_t host_llc_bytes() {
+  static const std::int64_t bytes = [] {
+    std::int64_t best = 0, level_best = 0;
+    for (int i = 0; i < 8; ++i) {
+      const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
+      std::ifstream level_in(dir + "level"), size_in(dir + "size");
+      std::int64_t level = 0, size = 0;
+      char unit = 0;
+      if (!(level_in >> level) || !(size_in >> size)) continue;
+      size_in >> unit; // sysfs writes "32768K"
+      size *= unit == 'K' ? 1024 : unit == 'M' ? 1024 * 1024 : 1;
+      if (level > level_best) best = size, level_best = level;
+    }
+    return best;
+  }();
+  return bytes;
+}
+
 bool host_has_avx2_fma() {
 #if defined(__x86_64__) || defined(__i386__)
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");

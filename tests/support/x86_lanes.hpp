@@ -204,6 +204,23 @@ inline void expect_k_blocks_sum_from_zero(std::string_view lane) {
         << lane << ", 4 rows, srows = " << srows;
 }
 
+// Where B is larger than the last-level cache (llc, KiB: 1 here, so any B is), rows below
+// crows take the row path; its 14-24 rows match the reference on lane `name`, and the emitted
+// test names the bound and the cache's bytes.
+inline void expect_cold_b_rows_path(std::string_view name) {
+  const std::map<std::string, std::string> knobs{{"crows", "25"}, {"llc", "1"}};
+  for (const char* text : kInPlaceGemmRegions) {
+    const Region region = region_of(text);
+    EmitOptions eo;
+    eo.options = knobs;
+    auto src = x86_candidate(region_kind(region), name)->emit(region, eo);
+    ASSERT_TRUE(src.ok()) << src.error().str();
+    EXPECT_NE(src->source.find("M < 25 && 4.0 * (double)K * N > 1024.0)"), std::string::npos) << name << " " << text;
+    for (const ProblemShape& dims : {gemm(14, 300, 1001), gemm(16, 2100, 260), gemm(24, 513, 700)})
+      expect_matches_reference_on(name, region, dims, 49, 0.5, knobs);
+  }
+}
+
 // dv < 0: Dv = D.
 inline ProblemShape attention_dims(std::int64_t batch, std::int64_t heads, std::int64_t kv_heads, std::int64_t m,
                                    std::int64_t nk, std::int64_t d, std::int64_t dv = -1) {
@@ -461,6 +478,38 @@ inline void expect_few_query_special_values(std::string_view name) {
   ASSERT_TRUE(out2.ok()) << out2.error().str();
   EXPECT_TRUE(all_close(out2->output, *ref2));
   EXPECT_TRUE(std::isnan(out2->output.data[0]));
+}
+
+// Softmax rows run e^(x - max) as 2^(x·log2 e - max·log2 e) on lane `name`: rows whose maximum
+// is near FLT_MAX (max·log2 e would overflow), 2^121, just below 2^120, an infinity (the
+// row is NaN, as e^(inf - inf) in the reference) and far below zero match the reference,
+// staged (residual) or read in place.
+inline void expect_softmax_row_extremes(std::string_view name) {
+  for (const char* res : {"false", "true"}) {
+    const Region region =
+        region_of(std::string("norm_chain { norm = softmax; add_residual = ") + res + "; weight = true; bias = true }");
+    const std::int64_t n = 37;
+    auto operands = make_operands(region, elementwise({6, n}), 48, 1.0);
+    auto& x = operands[0].data;
+    for (std::int64_t j = 0; j < n; ++j) {
+      x[1 * n + j] = -3e38f;
+      x[2 * n + j] = 0x1p121f - 0x1p97f * static_cast<float>(j % 3);
+      x[3 * n + j] = 1e36f - 1e29f * static_cast<float>(j);
+      x[5 * n + j] = -1e30f - 1e23f * static_cast<float>(j % 5);
+    }
+    x[1 * n + 0] = x[1 * n + 5] = 3e38f;
+    x[1 * n + 7] = 2e38f;
+    x[4 * n + 9] = INFINITY;
+    auto ref = evaluate_reference(region, operands);
+    ASSERT_TRUE(ref.ok()) << ref.error().str();
+    auto out = execute_on_target(x86(), region, operands, lane_options_on(name, RegionKind::norm_chain));
+    ASSERT_TRUE(out.ok()) << out.error().str();
+    EXPECT_TRUE(all_close(out->output, *ref)) << name << " residual " << res;
+    for (std::int64_t j = 0; j < n; ++j) {
+      EXPECT_TRUE(std::isnan(out->output.data[4 * n + j])) << name << " residual " << res << ", column " << j;
+      EXPECT_FALSE(std::isnan(out->output.data[1 * n + j])) << name << " residual " << res << ", column " << j;
+    }
+  }
 }
 
 } // namespace fusor::testing

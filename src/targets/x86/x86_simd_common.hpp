@@ -74,6 +74,13 @@ struct Tuning {
   // register block (row_run_gemm, which says why these bounds; srows <= 4: never). The ymm
   // lane's default is 16.
   int srows = 14;
+  // With srows: rows below crows take the row path too where B is larger than the host's
+  // last-level cache (llc), so that it comes from memory at every call (row_run_gemm says why;
+  // 0 or <= srows: never). The ymm lane's default is 0.
+  int crows = 25;
+  // The last-level cache's size in KiB that crows compares B with; -1: the host's
+  // (host_llc_bytes), 0: unknown, so crows never applies. A test knob.
+  int llc = -1;
   // Attention with at most fq query rows per head takes the few-query path (K and V read in
   // place: x86_simd_attention_few.cpp); 0 sends every call through the flash loop. 8: against
   // the flash loop on Zen 5 (H = 32, Nk = 2048, D = 128) M = 4 / 8 / 16 took 0.36 / 0.61 /

@@ -2,6 +2,7 @@
 // helpers, micro-kernels), the ABI dims per spec policy, and the body of the region's kind.
 #include "targets/x86/x86_simd_emitter.hpp"
 
+#include <algorithm>
 #include <charconv>
 
 #include "codegen/abi.hpp"
@@ -44,15 +45,15 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
   simd::Tuning t;
   t.amx = lane == kAmxLane;
   t.avx2 = lane == kAvx2Lane;
-  if (t.avx2) t.mr = 6;     // 12 ymm accumulators, two B vectors and a broadcast: all 16 registers
-  if (t.avx2) t.srows = 16; // the ymm row path: see Tuning::srows
+  if (t.avx2) t.mr = 6;                  // 12 ymm accumulators, two B vectors and a broadcast: all 16 registers
+  if (t.avx2) t.srows = 16, t.crows = 0; // the ymm row path: see Tuning::srows
   for (const auto& [key, value] : options) {
     int v = 0;
     const auto res = std::from_chars(value.data(), value.data() + value.size(), v);
     const bool number = res.ec == std::errc{} && res.ptr == value.data() + value.size();
     // Which tiles a knob belongs to. The AMX tile is 32 rows; `exact` and `overlap` are AMX's;
     // `stream` is the streaming kinds' and `bpf`, `ksub`, `epf`, `bfuse`, `bnext`, `bcopy` and
-    // `srows` the zmm and ymm tiles' (AMX's packing prefetches its own way; its tiles sum in
+    // `srows`, `crows`, `llc` the zmm and ymm tiles' (AMX's packing prefetches its own way; its tiles sum in
     // their own order and keep their own epilogue); `fq` is attention's few-query path, on zmm
     // or ymm registers in all three lanes.
     enum class On { any, vector, amx };
@@ -74,6 +75,7 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
         {"bnext", &simd::Tuning::bnext, 0, 1, On::vector},      {"bcopy", &simd::Tuning::bcopy, 0, 2, On::vector},
         {"srows", &simd::Tuning::srows, 0, 64, On::vector},     {"fq", &simd::Tuning::fq, 0, 64, On::any},
         {"steal", &simd::Tuning::steal, 0, 1, On::vector},      {"lag", &simd::Tuning::lag, 0, 1000000, On::vector},
+        {"crows", &simd::Tuning::crows, 0, 64, On::vector},     {"llc", &simd::Tuning::llc, 0, 1 << 30, On::vector},
     };
     const Knob* knob = nullptr;
     std::string names;
@@ -94,6 +96,7 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
   }
   // Attention's default query block: one 12-row P·V tile (x86_simd_attention.cpp says why).
   if (kind == RegionKind::attention && !options.count("mr")) t.mr = t.avx2 ? 6 : 12;
+  if (t.llc < 0) t.llc = static_cast<int>(std::min<std::int64_t>(host_llc_bytes() / 1024, 1 << 30));
   // AMX's K block: 384 keeps a 512-row A block (three bf16 parts) within 1 MiB of L2, so B is
   // packed once per K block; best of 30 calls at 512x2048x768 / 1024^3 / 128x3072x768 /
   // 2048^3 / gated 512x768->2048: 3.9-4.1 / 5.1-5.5 / 1.7 / 42.8 / 7.4 ms against 4.3 / 5.1-5.6

@@ -89,11 +89,26 @@ std::string ymm_row_step(bool full, const std::string& I) {
 
 } // namespace
 
+// Tuning::crows: from 14 rows the packed path's full tiles win while B stays in cache, but
+// where B comes from memory at every call the row path still reads it faster. Medians of
+// alternating calls, 4096 x 4096 B, row path / packed path time:
+// * cold (copies of B in turn, past the last-level cache): Zen 4, two threads, 14 rows 0.82x,
+//   16 0.84x, 20 0.79x, 24 0.92x, 28 1.05x, 32 1.38x; the lent host's Xeon, two threads,
+//   14-24 rows 0.70-0.80x, 28 0.92x; 16 threads 0.81-0.85x, 28 1.06x;
+// * warm (one B, in the lent host's 300 MiB L3): 14-28 rows 1.12-1.25x on two threads,
+//   1.03-1.25x on 16; Zen 4, B 2048 x 2048 in its 32 MiB L3: 16 rows 1.03x, 24 1.10x.
+// So rows below crows (25) take it where B is larger than the last-level cache, which it then
+// cannot stay in between calls. (A decoder's weights, many of them, stream from memory even
+// where one would fit; that case keeps the packed path.)
 std::string row_run_gemm(const GemmPlan& plan, const StorageLoad& ld, const Tuning& tuning) {
   // The ymm tile's packed path wins while B stays in cache (4-12 rows, B of 1-8 MiB: the row
   // path 1.1-1.4x the time on Zen 4), so it streams B from 16 MiB up.
-  std::string s = "  if (M >= " + std::string(tuning.avx2 ? "4" : "3") + " && M < " + std::to_string(tuning.srows) +
-                  " && !direct" + (tuning.avx2 ? " && (double)K * N >= 4194304.0" : "") + ") {\n    int sfail = 0;\n";
+  std::string rows = "M < " + std::to_string(tuning.srows);
+  if (tuning.crows > tuning.srows && tuning.llc > 0)
+    rows = "(" + rows + " || (M < " + std::to_string(tuning.crows) + " && 4.0 * (double)K * N > " +
+           std::to_string(1024LL * tuning.llc) + ".0))";
+  std::string s = "  if (M >= " + std::string(tuning.avx2 ? "4" : "3") + " && " + rows + " && !direct" +
+                  (tuning.avx2 ? " && (double)K * N >= 4194304.0" : "") + ") {\n    int sfail = 0;\n";
   // part rows 1024 + 16 floats apart: 4 KiB apart they would share L1 sets with B's rows.
   s += "    enum { FUSOR_RUNC = 1024, FUSOR_RUNP = 1040 };\n";
   s += thread_columns_head(32);

@@ -290,6 +290,11 @@ TEST(X86Amx, AttentionNaNAndInfinities) {
 // (four and five). The products stay exact, so 16-bit attention keeps f32's accuracy on its
 // (exactly representable) inputs, far inside the storage's budget; so does a head whose V
 // holds a NaN (its P·V on zmm).
+TEST(X86Amx, AttentionHugeScores) {
+  REQUIRE_AMX();
+  testing::expect_attention_huge_scores("x86_amx");
+}
+
 TEST(X86Amx, AttentionPartsFollowStorage) {
   REQUIRE_AMX();
   struct Case {

@@ -306,6 +306,11 @@ TEST(X86Avx2, AttentionFewQueryRowsSpecialValues) {
   testing::expect_few_query_special_values("x86_avx2");
 }
 
+TEST(X86Avx2, AttentionHugeScores) {
+  REQUIRE_AVX2();
+  testing::expect_attention_huge_scores("x86_avx2");
+}
+
 TEST(X86Avx2, SoftmaxRowsInBase2KeepExtremeRows) {
   REQUIRE_AVX2();
   testing::expect_softmax_row_extremes("x86_avx2");

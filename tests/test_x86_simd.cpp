@@ -410,6 +410,11 @@ TEST(X86Simd, NormChainRowSplitAndIsolation) {
     }
 }
 
+TEST(X86Simd, AttentionHugeScores) {
+  REQUIRE_AVX512();
+  testing::expect_attention_huge_scores("x86_avx512");
+}
+
 TEST(X86Simd, SoftmaxRowsInBase2KeepExtremeRows) {
   REQUIRE_AVX512();
   testing::expect_softmax_row_extremes("x86_avx512");

@@ -512,4 +512,26 @@ inline void expect_softmax_row_extremes(std::string_view name) {
   }
 }
 
+// Attention scores of any magnitude: with Q and K scaled by 1e5 the scores reach 1e10, past
+// where scale·log2 e times a rounded maximum shifts every exponent of a row out of 2^x's range
+// (the flash loop's and the few-query path's states kept that product until run av, and such
+// rows came out NaN); the reference's softmax is then one-hot on each row's maximum. Both
+// signs of the scale, causal or not, flash loop (64 rows) and few-query path (1 and 3 rows).
+inline void expect_attention_huge_scores(std::string_view name) {
+  for (const char* text :
+       {"attention { scale = 0.125 }", "attention { scale = 0.125; causal = true }", "attention { scale = -0.125 }"}) {
+    const Region region = region_of(text);
+    for (const std::int64_t m : {64, 1, 3}) {
+      auto operands = make_operands(region, attention_dims(0, 1, 1, m, 200, 64), 50, 1.0);
+      for (float& q : operands[0].data) q *= 1e5f;
+      for (float& k : operands[1].data) k *= 1e5f;
+      auto ref = evaluate_reference(region, operands);
+      ASSERT_TRUE(ref.ok()) << ref.error().str();
+      auto out = execute_on_target(x86(), region, operands, lane_options_on(name, RegionKind::attention));
+      ASSERT_TRUE(out.ok()) << out.error().str();
+      EXPECT_TRUE(all_close(out->output, *ref)) << name << " " << text << ", " << m << " rows";
+    }
+  }
+}
+
 } // namespace fusor::testing

@@ -129,9 +129,10 @@ std::string rescale_factor(const std::string& from, const std::string& to, const
   return from + " == " + to + " ? 1.0f : (" + from + " == -INFINITY ? 0.0f : " + exp_diff + ")";
 }
 
-std::string online_softmax_rescale(const std::string& exp_dm) {
+std::string online_softmax_rescale(const std::string& exp_dm, const std::string& dscale) {
   std::string s = "          const float mo = mrow[rr], mn = mo > bm ? mo : bm;\n";
-  s += "          const float dm = mo - mn;\n";
+  s += "          const float dm = " + (dscale.empty() ? std::string("mo - mn") : "(mo - mn) * (" + dscale + ")") +
+       ";\n";
   return s + "          const float alpha = " + rescale_factor("mo", "mn", exp_dm) + ";\n";
 }
 
@@ -355,7 +356,11 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
       "            const __mmask16 k1 = rem >= 32 ? (__mmask16)0xFFFF : (rem > 16 ? (__mmask16)((1u << (rem - 16)) - "
       "1u) : (__mmask16)0);\n";
   // With scale > 0, max(scale * s) = scale * max(s) (rounding is monotonic): the max is taken
-  // over the raw scores and e^(scale * s - m) is one fmsub, so no scaled copy is stored.
+  // over the raw scores, the row's state is that raw max m, and e^((s - m) * scale) needs no
+  // scaled copy stored. (Not scale * s - scale * m in one fmsub: scale * m rounded shifts every
+  // exponent of the row by up to 2^-25 |scale * m|, out of 2^x's range from |scale * m| near
+  // 2^31, and such rows came out NaN where the reference is one-hot. The subtraction is exact
+  // at the max.)
   const bool fold = r.scale() > 0;
   std::string exp_vec = codegen::render_row_norm_accumulate(v, RowNorm::softmax, "@");
   std::string exp_one = codegen::render_row_norm_accumulate(d, RowNorm::softmax, "dm");
@@ -393,9 +398,8 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
            return u;
          }) +
          "          }\n";
-    t += std::string("          const float bm = ") + (fold ? "(" + vscale + ") * " : "") +
-         "_mm512_reduce_max_ps(_mm512_max_ps(mx0, mx1));\n";
-    t += online_softmax_rescale(exp_one);
+    t += "          const float bm = _mm512_reduce_max_ps(_mm512_max_ps(mx0, mx1));\n";
+    t += online_softmax_rescale(exp_one, fold ? vscale : "");
     // Probabilities e^(s - m) of the visible keys, 16 at a time through the table's
     // accumulate step rendered over __m512 (masked keys become 0 and never reach the sum).
     t += "          const __m512 vmn = _mm512_set1_ps(mn);\n";
@@ -405,7 +409,8 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
            for (const std::string h : {"0", "1"}) {
              const std::string src = "_mm512_loadu_ps(srow + j" + std::string(h == "1" ? " + 16" : "") + ")";
              u += "            const __m512 d" + h + " = " +
-                  (fold ? "_mm512_fmsub_ps(" + src + ", vs, vmn)" : "_mm512_sub_ps(" + src + ", vmn)") + ";\n";
+                  (fold ? "_mm512_mul_ps(_mm512_sub_ps(" + src + ", vmn), vs)" : "_mm512_sub_ps(" + src + ", vmn)") +
+                  ";\n";
            }
            for (const std::string h : {"0", "1"}) {
              std::string e = exp_vec;

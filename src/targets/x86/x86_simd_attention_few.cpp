@@ -50,29 +50,31 @@ FUSOR_FQ_INLINE float fusor_fq_row_extreme(const float* restrict s, int64_t n, c
   return low ? fusor_fq_hmin(fusor_fq_min(x0, x1)) : fusor_fq_hmax(fusor_fq_max(x0, x1));
 }
 /* One online-softmax step of a row over its n scores at s (whole vectors past n readable and
-   writable): the block's max of vs * s (vs = scale * log2 e; rounding is monotonic, so it is vs
-   times the raw scores' max, or their min for vs < 0: no scaled copy is stored), the new running
-   max *m in base 2, s[j] = 2^(vs * s[j] - *m) (lanes past n: 0, never summed), *l rescaled and
-   summed; returns the factor that rescales the row's output. Two vectors per iteration: each
-   pass's max or sum is a chain of dependent adds otherwise. */
+   writable), vs = scale * log2 e: the running state *m is the raw scores' max (vs >= 0) or their
+   min negated (vs < 0), s[j] = 2^((s[j] - e) * vs) with e that extreme (lanes past n: 0, never
+   summed), *l rescaled and summed; returns the factor that rescales the row's output. The
+   exponent is exact at the extreme however large the scores: vs * s[j] - vs * e in one fmsub,
+   with vs * e rounded, shifted a row's exponents by up to 2^-25 |vs * e|, out of 2^x's range
+   from |vs * e| near 2^31 (rows of NaN where the reference is one-hot). Two vectors per
+   iteration: each pass's max or sum is a chain of dependent adds otherwise. */
 FUSOR_FQ_INLINE float fusor_softmax_step(float* restrict s, int64_t n, float vs, float* restrict m, float* restrict l) {
-  const float bm = vs * (vs < 0 ? fusor_fq_row_extreme(s, n, 1) : fusor_fq_row_extreme(s, n, 0));
+  const float bm = vs < 0 ? -fusor_fq_row_extreme(s, n, 1) : fusor_fq_row_extreme(s, n, 0);
   const float mo = *m, mn = mo > bm ? mo : bm;
-  const float dm = mo - mn;
+  const float dm = (mo - mn) * (vs < 0 ? -vs : vs);
   const float alpha = @RESCALE(mo|mn|exp2f(dm))@;
-  const fusor_fq_v vvs = fusor_fq_set1(vs), vmn = fusor_fq_set1(mn);
+  const fusor_fq_v vvs = fusor_fq_set1(vs), ve = fusor_fq_set1(vs < 0 ? -mn : mn);
   fusor_fq_v ls0 = fusor_fq_zero(), ls1 = fusor_fq_zero();
   int64_t j = 0;
   for (; j + 2 * FUSOR_FQ_W <= n; j += 2 * FUSOR_FQ_W) {
-    const fusor_fq_v e0 = fusor_fq_exp2(fusor_fq_fms(fusor_fq_loadf(s + j), vvs, vmn));
-    const fusor_fq_v e1 = fusor_fq_exp2(fusor_fq_fms(fusor_fq_loadf(s + j + FUSOR_FQ_W), vvs, vmn));
+    const fusor_fq_v e0 = fusor_fq_exp2(fusor_fq_mul(fusor_fq_sub(fusor_fq_loadf(s + j), ve), vvs));
+    const fusor_fq_v e1 = fusor_fq_exp2(fusor_fq_mul(fusor_fq_sub(fusor_fq_loadf(s + j + FUSOR_FQ_W), ve), vvs));
     fusor_fq_storef(s + j, e0);
     fusor_fq_storef(s + j + FUSOR_FQ_W, e1);
     ls0 = fusor_fq_add(ls0, e0);
     ls1 = fusor_fq_add(ls1, e1);
   }
   for (; j < n; j += FUSOR_FQ_W) {
-    const fusor_fq_v e = fusor_fq_keep(fusor_fq_mask(n - j), fusor_fq_exp2(fusor_fq_fms(fusor_fq_loadf(s + j), vvs, vmn)));
+    const fusor_fq_v e = fusor_fq_keep(fusor_fq_mask(n - j), fusor_fq_exp2(fusor_fq_mul(fusor_fq_sub(fusor_fq_loadf(s + j), ve), vvs)));
     fusor_fq_storef(s + j, e);
     ls0 = fusor_fq_add(ls0, e);
   }
@@ -311,7 +313,7 @@ static int fusor_attention_few(const fusor_fq_t* restrict Q, const fusor_fq_t* r
         for (int64_t s = 0; s < ns; ++s) {
           const float* restrict ps = p0 + s * pstride;
           const float ms = ps[R * Dv + r];
-          const float w = @RESCALE(ms|mm|exp2f(ms - mm))@;
+          const float w = @RESCALE(ms|mm|exp2f((ms - mm) * (vs < 0 ? -vs : vs)))@;
           ls += w * ps[R * Dv + R + r];
           for (int64_t c = 0; c < Dv; ++c) dst[c] += w * ps[r * Dv + c];
         }
@@ -357,7 +359,7 @@ std::string zmm_vocabulary(const StorageLoad& ld) {
   s += "#define fusor_fq_loadfm(m, p) _mm512_maskz_loadu_ps(m, p)\n";
   s += "#define fusor_fq_storefm _mm512_mask_storeu_ps\n";
   s += "#define fusor_fq_zero _mm512_setzero_ps\n#define fusor_fq_set1 _mm512_set1_ps\n";
-  s += "#define fusor_fq_fma _mm512_fmadd_ps\n#define fusor_fq_fms _mm512_fmsub_ps\n";
+  s += "#define fusor_fq_fma _mm512_fmadd_ps\n#define fusor_fq_sub _mm512_sub_ps\n#define fusor_fq_mul _mm512_mul_ps\n";
   s += "#define fusor_fq_add _mm512_add_ps\n#define fusor_fq_max _mm512_max_ps\n";
   s += "#define fusor_fq_min _mm512_min_ps\n";
   s += "#define fusor_fq_hsum _mm512_reduce_add_ps\n#define fusor_fq_hmax _mm512_reduce_max_ps\n";
@@ -391,7 +393,7 @@ std::string ymm_vocabulary(const StorageLoad& ld) {
     s += "  return " + ld.load8("t") + ";\n}\n";
   }
   s += "#define fusor_fq_zero _mm256_setzero_ps\n#define fusor_fq_set1 _mm256_set1_ps\n";
-  s += "#define fusor_fq_fma _mm256_fmadd_ps\n#define fusor_fq_fms _mm256_fmsub_ps\n";
+  s += "#define fusor_fq_fma _mm256_fmadd_ps\n#define fusor_fq_sub _mm256_sub_ps\n#define fusor_fq_mul _mm256_mul_ps\n";
   s += "#define fusor_fq_add _mm256_add_ps\n#define fusor_fq_max _mm256_max_ps\n";
   s += "FUSOR_FQ_INLINE float fusor_fq_hsum(fusor_fq_v v) {\n"
        "  __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));\n"

@@ -309,8 +309,9 @@ std::string amx_attention_steps(const AttentionRegion& r, const StorageLoad& ld,
                                 const std::string& step_rows, const std::string& rows_loop, const std::string& zmm_pv);
 // One online-softmax step's new running max of row rr (mn, from mrow[rr] and the block's max
 // bm) and the factor alpha = e^(old max - new max) (`exp_dm`, an expression in dm) that
-// rescales the row's sum and output; both lanes' softmax rows (x86_simd_attention.cpp).
-std::string online_softmax_rescale(const std::string& exp_dm);
+// rescales the row's sum and output; both lanes' softmax rows (x86_simd_attention.cpp). With
+// `dscale`, the maxima are raw scores and dm is their difference times it.
+std::string online_softmax_rescale(const std::string& exp_dm, const std::string& dscale = "");
 // The factor that takes a running softmax state from maximum `from` to maximum `to`: 1 when
 // they are equal, 0 from an empty state (from = -inf), else `exp_diff` (e^(from - to) in the
 // kernel's base). The rows' steps above and the few-query path's merge of key splits.

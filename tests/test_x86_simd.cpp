@@ -387,6 +387,16 @@ TEST(X86Simd, NormChainRowSplitAndIsolation) {
   ASSERT_NE(next_row, std::string::npos);
   EXPECT_LT(next_row, sum_pass);
   EXPECT_GT(next_row, softmax->source.find("for (; j_ + 64 <= row_len; j_ += 64) {", softmax->source.find("cv_")));
+  // Residual rows of rmsnorm and layer norm are re-read (x and the residual added again in each
+  // pass, the output stored straight out); softmax's are staged in a row buffer.
+  for (const char* norm : {"rmsnorm", "layer_norm", "softmax"}) {
+    auto src = lane(RegionKind::norm_chain)
+                   ->emit(region_of(std::string("norm_chain { norm = ") + norm + "; add_residual = true }"), {});
+    ASSERT_TRUE(src.ok());
+    const bool staged = std::string(norm) == "softmax";
+    EXPECT_EQ(src->source.find("float* restrict tb = ") != std::string::npos, staged) << norm;
+    EXPECT_EQ(src->source.find("_mm512_maskz_loadu_ps(m_, rs + j_)") != std::string::npos, !staged) << norm;
+  }
   // A NaN stays in its row, whether the rows are staged (residual) or read in place with the
   // next row's maximum taken ahead; a row of -inf gives NaN (e^(-inf + inf)), as the reference.
   for (const char* norm : {"rmsnorm", "layer_norm", "softmax"})

@@ -33,10 +33,17 @@ std::string split_sum(const std::string& acc, const std::string& n, const std::s
   return s;
 }
 
-// `accumulate(src[idx] - c_)` added into a<k>_, from the op table.
-std::string accumulate_term(RowNorm norm, const std::string& src, const std::string& idx, int k) {
+// A row's element idx: `row` with every '@' replaced by idx ("t[@]": an array's; a residual
+// row re-read: its two inputs' sum).
+std::string element(std::string row, const std::string& idx) {
+  for (size_t at = row.find('@'); at != std::string::npos; at = row.find('@', at + idx.size())) row.replace(at, 1, idx);
+  return row;
+}
+
+// `accumulate(row[idx] - c_)` added into a<k>_, from the op table (`row`: element's pattern).
+std::string accumulate_term(RowNorm norm, const std::string& row, const std::string& idx, int k) {
   const std::string K = std::to_string(k);
-  return "{ const float d" + K + "_ = " + src + "[" + idx + "] - c_; a" + K +
+  return "{ const float d" + K + "_ = " + element(row, idx) + " - c_; a" + K +
          "_ += " + codegen::render_row_norm_accumulate(c99_simd_dialect(), norm, "d" + K + "_") + "; }";
 }
 
@@ -59,11 +66,11 @@ std::string max_centre(const std::string& src, const std::string& n, const std::
 }
 
 // The output step of the op table, then the optional per-feature gamma/beta, for element j_
-// of src into `v_` (statements, no store).
-std::string output_value(RowNorm norm, const std::string& src, const std::string& gamma, const std::string& beta,
+// of the row (`row`: element's pattern) into `v_` (statements, no store).
+std::string output_value(RowNorm norm, const std::string& row, const std::string& gamma, const std::string& beta,
                          const std::string& in) {
   const auto& d = c99_simd_dialect();
-  std::string s = in + "const float d_ = " + src + "[j_] - c_;\n";
+  std::string s = in + "const float d_ = " + element(row, "j_") + " - c_;\n";
   s += in + "float v_ = " + codegen::render_row_norm_output(d, norm, "d_", "r_") + ";\n";
   if (!gamma.empty())
     s += in + "const float g_ = " + gamma + "[j_];\n" + in + "v_ = " + codegen::render_op(d, Op::mul, "v_", "g_") +
@@ -138,13 +145,14 @@ std::string row_norm_simd(RowNorm norm, const std::string& src, const std::strin
   } else if (info.centre == RowCentre::max) {
     s += max_centre(src, n, in + "  ");
   }
-  s += split_sum("s_", n, in + "  ", [&](const std::string& idx, int k) { return accumulate_term(norm, src, idx, k); });
+  s += split_sum("s_", n, in + "  ",
+                 [&](const std::string& idx, int k) { return accumulate_term(norm, src + "[@]", idx, k); });
   s += in +
        "  const float r_ = " + codegen::render_row_norm_factor(c99_simd_dialect(), norm, "s_", "(float)" + n, eps) +
        ";\n";
   s += in + "  #pragma omp simd\n";
   s += in + "  for (int64_t j_ = 0; j_ < " + n + "; ++j_) {\n";
-  s += output_value(norm, src, gamma, beta, in + "    ");
+  s += output_value(norm, src + "[@]", gamma, beta, in + "    ");
   s += in + "    " + dst + "[j_] = v_;\n" + in + "  }\n" + in + "}\n";
   return s;
 }
@@ -289,6 +297,18 @@ std::string vector_sum(RowNorm norm, const LaneVector& v, const std::string& acc
   return s + in + "}\n";
 }
 
+// v_ times gamma[j_], plus beta[j_], where the chain has them (statements).
+std::string vector_weight(const LaneVector& v, bool gamma, bool beta, const std::string& in) {
+  std::string s;
+  if (gamma)
+    s += in + "{ const " + v.T + " g_ = " + v.masked_load("gamma + j_") +
+         "; v_ = " + codegen::render_op(v.dialect(), Op::mul, "v_", "g_") + "; }\n";
+  if (beta)
+    s += in + "{ const " + v.T + " b_ = " + v.masked_load("beta + j_") +
+         "; v_ = " + codegen::render_op(v.dialect(), Op::add, "v_", "b_") + "; }\n";
+  return s;
+}
+
 // One output chunk, od_[0, jn_) = the table's output of (src[j0_ + jj_] - c_) times the
 // optional gamma, plus beta, a vector at a time. With `terms`, the output is finished from the
 // sum pass's terms[j] (output_of_term) instead. With `next`, the vector mx_ also takes the
@@ -308,13 +328,34 @@ std::string vector_output(RowNorm norm, const LaneVector& v, const std::string& 
     s += in + "    const " + v.T + " t_ = " + v.masked_load(terms + " + j_") + ";\n";
     s += in + "    " + v.T + " v_ = " + codegen::render_row_norm_output_of_term(v.dialect(), norm, "t_", "rv_") + ";\n";
   }
-  if (gamma)
-    s += in + "    { const " + v.T + " g_ = " + v.masked_load("gamma + j_") +
-         "; v_ = " + codegen::render_op(v.dialect(), Op::mul, "v_", "g_") + "; }\n";
-  if (beta)
-    s += in + "    { const " + v.T + " b_ = " + v.masked_load("beta + j_") +
-         "; v_ = " + codegen::render_op(v.dialect(), Op::add, "v_", "b_") + "; }\n";
+  s += vector_weight(v, gamma, beta, in + "    ");
   s += in + "    " + v.masked_store("od_ + jj_", "v_") + "\n";
+  return s + in + "  }\n" + in + "}\n";
+}
+
+// A residual row's output when the row is re-read rather than staged (norm_chain_body says
+// why): o[j] = the table's output of (xs[j] + rs[j] - c_), times gamma, plus beta, a vector at
+// a time, stored straight to memory (streaming where whole and aligned, so both stores give
+// the same bits), and with each 16 floats a line of the next row's x and residual asked of L2.
+std::string reread_output(RowNorm norm, const LaneVector& v, bool gamma, bool beta, const std::string& in) {
+  const std::string line = v.lanes == 16 ? "63" : "31";
+  std::string s = in + "{\n" + in + "  const " + v.T + " cv_ = " + v.set1 + "(c_), rv_ = " + v.set1 + "(r_);\n";
+  s += in + "  const float* restrict xn_ = x + rn * row_len;\n" + in +
+       "  const float* restrict rn_ = res + rn * row_len;\n";
+  s += in + "  for (int64_t j_ = 0; j_ < row_len; j_ += " + v.L + ") {\n";
+  const std::string ask = in + "    _mm_prefetch((const char*)(xn_ + j_), _MM_HINT_T1);\n" + in +
+                          "    _mm_prefetch((const char*)(rn_ + j_), _MM_HINT_T1);\n";
+  s += v.lanes == 16 ? ask : in + "    if ((j_ & 15) == 0) {\n" + ask + in + "    }\n";
+  s += in + "    const int64_t left_ = row_len - j_ < " + v.L + " ? row_len - j_ : " + v.L + ";\n";
+  s += in + "    " + v.mask() + "\n";
+  s += in + "    const " + v.T +
+       " w_ = " + codegen::render_op(v.dialect(), Op::add, v.masked_load("xs + j_"), v.masked_load("rs + j_")) + ";\n";
+  s += in + "    const " + v.T + " d_ = w_ - cv_;\n";
+  s += in + "    " + v.T + " v_ = " + codegen::render_row_norm_output(v.dialect(), norm, "d_", "rv_") + ";\n";
+  s += vector_weight(v, gamma, beta, in + "    ");
+  s += in + "    if (nt_out && left_ == " + v.L + " && !((uintptr_t)(o + j_) & " + line + "))\n";
+  s += in + "      " + (v.lanes == 16 ? "_mm512_stream_ps" : "_mm256_stream_ps") + "(o + j_, v_);\n";
+  s += in + "    else\n" + in + "      " + v.masked_store("o + j_", "v_") + "\n";
   return s + in + "  }\n" + in + "}\n";
 }
 
@@ -324,16 +365,26 @@ std::string vector_output(RowNorm norm, const LaneVector& v, const std::string& 
 // also reads row i+1 and accumulates the statistic that needs no centre yet (the mean's sum;
 // rmsnorm's whole sum of squares, its centre being zero). Memory then sees one read and one
 // write stream at all times, as a copy does, and only L1-resident passes remain between.
-// Rows with a residual are staged (x + residual, with that statistic) into a one-row buffer
-// and finished from it instead: pipelining them measured 0.6x copy bandwidth, against 0.87x
-// staged, as two staging rows, gamma and three streams overflow L1.
+// Rows with a residual are not pipelined: that measured 0.6x copy bandwidth, as two staging
+// rows, gamma and three streams overflow L1. Their passes re-read x and the residual, which
+// the previous row's output pass asked of L2, and add them again (reread_output); softmax's
+// rows, whose passes are vector loops over one row, are staged (x + residual) into a one-row
+// buffer instead. Until run av every residual row was staged and its output went through the
+// L1 chunks that the other rows stream from. 4096 x 4096, stand-alone driver, new / old time:
+// rmsnorm with residual 0.84-0.86x on Zen 4 (0.93-0.97x re-read with the chunks kept; the
+// AVX2 lane 0.86-0.92x), layer norm with residual 0.88-0.93x; the lent host's Xeon on two
+// threads 0.80-0.85x and 0.81-0.86x, on 16 0.88-0.89x and 0.86x.
 std::string norm_chain_body(const NormChainRegion& r, bool avx2) {
   const auto& d = c99_simd_dialect();
   const LaneVector vec(avx2);
   const bool vrows = vector_rows(r.norm());
   const RowNormInfo& info = row_norm_info(r.norm());
-  const bool staged = r.add_residual(); // x + residual is staged in L1; otherwise rows are read in place
+  const bool staged = r.add_residual(); // x + residual: re-read or staged; otherwise rows are read in place
   const bool pipelined = !staged;
+  const bool reread = staged && !vrows;   // each pass adds x and the residual again
+  const bool staging = staged && !reread; // x + residual is staged in a row buffer (tb)
+  // Element @ of the row the passes read.
+  const std::string row = reread ? codegen::render_op(d, Op::add, "xs[@]", "rs[@]") : std::string("t[@]");
   // Softmax keeps its terms e^(x - max) from the sum's pass in a row buffer and finishes from
   // them (output_of_term), so e^x is evaluated once per element, not twice; rows read in place
   // take the next row's maximum in the pass that writes this one, as layer_norm takes its sum.
@@ -352,7 +403,7 @@ std::string norm_chain_body(const NormChainRegion& r, bool avx2) {
   std::string buffers_ok;
   // (Per-thread scratch kept between calls: a row of a long-row call is not allocated again.)
   int slot = 0;
-  for (const auto& [want, name] : {std::pair{staged, "tb"}, std::pair{keep_terms, "eb_"}})
+  for (const auto& [want, name] : {std::pair{staging, "tb"}, std::pair{keep_terms, "eb_"}})
     if (want) {
       s += std::string("    float* restrict ") + name + " = (float*)fusor_scratch(" + std::to_string(slot++) +
            ", sizeof(float) * (size_t)row_len);\n";
@@ -360,7 +411,7 @@ std::string norm_chain_body(const NormChainRegion& r, bool avx2) {
       buffers_ok += std::string(name) + " && ";
     }
   s += "    if (" + buffers_ok + "r_lo < r_hi) {\n";
-  s += "    float ob_[FUSOR_OUT_CHUNK] __attribute__((aligned(64)));\n";
+  if (!reread) s += "    float ob_[FUSOR_OUT_CHUNK] __attribute__((aligned(64)));\n";
   // What the staging pass accumulates: the sum for a mean centre, the table's accumulate
   // of (v - 0) for a zero centre, nothing for a max centre (its sum needs the whole row's
   // maximum first; the vector rows take that maximum ahead instead: max_ahead).
@@ -370,7 +421,8 @@ std::string norm_chain_body(const NormChainRegion& r, bool avx2) {
     std::string e = in + "float w_ = " + xrow + "[j_];\n";
     if (staged)
       e += in + "const float rw_ = " + rrow + "[j_];\n" + in + "w_ = " + codegen::render_op(d, Op::add, "w_", "rw_") +
-           ";\n" + in + trow + "[j_] = w_;\n";
+           ";\n";
+    if (staging) e += in + trow + "[j_] = w_;\n";
     if (info.centre == RowCentre::mean) e += in + "e_ += w_;\n";
     if (info.centre == RowCentre::zero)
       e += in + "{ const float dz_ = w_ - 0.0f; e_ += " + codegen::render_row_norm_accumulate(d, r.norm(), "dz_") +
@@ -407,10 +459,10 @@ std::string norm_chain_body(const NormChainRegion& r, bool avx2) {
   } else {
     s += "        const float* restrict xs = x + row * row_len;\n";
     s += "        const float* restrict rs = res + row * row_len;\n";
-    s += "        float* restrict ts = tb;\n";
+    if (staging) s += "        float* restrict ts = tb;\n";
     s += "        e_ = 0.0f;\n";
-    s += stage_loop("rs", "ts", "        ");
-    s += "        const float* restrict t = tb;\n";
+    s += stage_loop("rs", staging ? "ts" : "", "        ");
+    if (staging) s += "        const float* restrict t = tb;\n";
   }
   s += "        float* restrict o = out + row * row_len;\n";
   s += "        float c_ = 0.0f, s_ = 0.0f;\n";
@@ -427,40 +479,45 @@ std::string norm_chain_body(const NormChainRegion& r, bool avx2) {
     s += vector_sum(r.norm(), vec, "s_", "t", "row_len", keep_terms ? "eb_" : "", max_ahead ? "xn" : "", "        ");
   else
     s += split_sum("s_", "row_len", "        ",
-                   [&](const std::string& idx, int k) { return accumulate_term(r.norm(), "t", idx, k); });
+                   [&](const std::string& idx, int k) { return accumulate_term(r.norm(), row, idx, k); });
   s += "        const float r_ = " + codegen::render_row_norm_factor(d, r.norm(), "s_", "(float)row_len", eps) + ";\n";
   // The output in chunks of an L1 buffer, streamed out from there when nt_out; the same
   // chunks either way, so both give the same bits.
   if (pipelined) s += "        e_ = 0.0f;\n";
   if (max_ahead) s += "        " + vec.T + " mx_ = " + vec.set1 + "(-INFINITY);\n";
-  s += "        for (int64_t j0_ = 0; j0_ < row_len; j0_ += FUSOR_OUT_CHUNK) {\n";
-  s += "          const int64_t jn_ = row_len - j0_ < FUSOR_OUT_CHUNK ? row_len - j0_ : FUSOR_OUT_CHUNK;\n";
-  s += "          float* restrict od_ = nt_out ? ob_ : o + j0_;\n";
-  if (vrows) {
-    s += vector_output(r.norm(), vec, "t", r.weight(), r.bias(), keep_terms ? "eb_" : "", max_ahead ? "xn" : "",
-                       "          ");
+  if (reread) {
+    s += reread_output(r.norm(), vec, r.weight(), r.bias(), "        ");
   } else {
-    s += "          " + (pipelined ? sum_pragma : std::string("#pragma omp simd\n"));
-    s += "          for (int64_t jj_ = 0; jj_ < jn_; ++jj_) {\n";
-    s += "            const int64_t j_ = j0_ + jj_;\n";
-    s += output_value(r.norm(), "t", r.weight() ? "gamma" : "", r.bias() ? "beta" : "", "            ");
-    s += "            od_[jj_] = v_;\n";
-    if (pipelined) s += stage_element("xn", "", "", "            ");
-    s += "          }\n";
+    s += "        for (int64_t j0_ = 0; j0_ < row_len; j0_ += FUSOR_OUT_CHUNK) {\n";
+    s += "          const int64_t jn_ = row_len - j0_ < FUSOR_OUT_CHUNK ? row_len - j0_ : FUSOR_OUT_CHUNK;\n";
+    s += "          float* restrict od_ = nt_out ? ob_ : o + j0_;\n";
+    if (vrows) {
+      s += vector_output(r.norm(), vec, "t", r.weight(), r.bias(), keep_terms ? "eb_" : "", max_ahead ? "xn" : "",
+                         "          ");
+    } else {
+      s += "          " + (pipelined ? sum_pragma : std::string("#pragma omp simd\n"));
+      s += "          for (int64_t jj_ = 0; jj_ < jn_; ++jj_) {\n";
+      s += "            const int64_t j_ = j0_ + jj_;\n";
+      s += output_value(r.norm(), row, r.weight() ? "gamma" : "", r.bias() ? "beta" : "", "            ");
+      s += "            od_[jj_] = v_;\n";
+      if (pipelined) s += stage_element("xn", "", "", "            ");
+      s += "          }\n";
+    }
+    // What memory reads next: two chunks ahead on the row being summed in this pass (rows are
+    // contiguous, so past its end lies the row after), or the next row's x and residual, which
+    // the next staging pass reads. A prefetch never faults, wherever the address points. (One
+    // chunk ahead left part of the read's latency exposed on Zen 4: layer norm 4096 x 4096,
+    // harness, 0.90-0.95x the time two chunks ahead, 0.92x on one thread.)
+    if (pipelined)
+      s += "          const uintptr_t pa_ = (uintptr_t)(xn + j0_) + 8 * FUSOR_OUT_CHUNK, pb_ = 0;\n";
+    else
+      s +=
+          "          const uintptr_t pa_ = (uintptr_t)(x + rn * row_len + j0_), pb_ = (uintptr_t)(res + rn * row_len + "
+          "j0_);\n";
+    s += "          if (nt_out)\n            fusor_stream_floats(o + j0_, ob_, jn_, pa_, pb_);\n";
+    s += "          else\n            fusor_prefetch_l2(jn_, pa_, pb_);\n";
+    s += "        }\n";
   }
-  // What memory reads next: two chunks ahead on the row being summed in this pass (rows are
-  // contiguous, so past its end lies the row after), or the next row's x and residual, which
-  // the next staging pass reads. A prefetch never faults, wherever the address points. (One
-  // chunk ahead left part of the read's latency exposed on Zen 4: layer norm 4096 x 4096,
-  // harness, 0.90-0.95x the time two chunks ahead, 0.92x on one thread.)
-  if (pipelined)
-    s += "          const uintptr_t pa_ = (uintptr_t)(xn + j0_) + 8 * FUSOR_OUT_CHUNK, pb_ = 0;\n";
-  else
-    s += "          const uintptr_t pa_ = (uintptr_t)(x + rn * row_len + j0_), pb_ = (uintptr_t)(res + rn * row_len + "
-         "j0_);\n";
-  s += "          if (nt_out)\n            fusor_stream_floats(o + j0_, ob_, jn_, pa_, pb_);\n";
-  s += "          else\n            fusor_prefetch_l2(jn_, pa_, pb_);\n";
-  s += "        }\n";
   if (max_ahead) s += vec.reduce_max("e_", "mx_", "        ");
   s += "      }\n    }\n";
   s += "    if (nt_out) _mm_sfence(); /* streaming stores are weakly ordered: drain before the join */\n";

@@ -481,8 +481,9 @@ std::string norm_chain_body(const NormChainRegion& r, bool avx2) {
     s += split_sum("s_", "row_len", "        ",
                    [&](const std::string& idx, int k) { return accumulate_term(r.norm(), row, idx, k); });
   s += "        const float r_ = " + codegen::render_row_norm_factor(d, r.norm(), "s_", "(float)row_len", eps) + ";\n";
-  // The output in chunks of an L1 buffer, streamed out from there when nt_out; the same
-  // chunks either way, so both give the same bits.
+  // The output: re-read rows store it straight out (reread_output); the others in chunks of an
+  // L1 buffer, streamed out from there when nt_out, the same chunks either way, so both give
+  // the same bits.
   if (pipelined) s += "        e_ = 0.0f;\n";
   if (max_ahead) s += "        " + vec.T + " mx_ = " + vec.set1 + "(-INFINITY);\n";
   if (reread) {

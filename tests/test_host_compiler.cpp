@@ -89,6 +89,22 @@ TEST(HostIsa, DescribesArchitectureFlagsAndModel) {
   }
 }
 
+// The last-level cache comes from sysfs in bytes (it writes "32768K"): at least the L2 that
+// glibc reports, a whole number of KiB, the same every call. The x86 lanes' cold-B rule
+// (Tuning::crows) compares B with it.
+TEST(HostIsa, LastLevelCacheFromSysfs) {
+  const std::int64_t llc = host_llc_bytes();
+  EXPECT_EQ(llc, host_llc_bytes());
+  if (!std::ifstream("/sys/devices/system/cpu/cpu0/cache/index0/size"))
+    GTEST_SKIP() << "no cache sizes in sysfs here: host_llc_bytes() is " << llc;
+  EXPECT_GT(llc, 0);
+  EXPECT_EQ(llc % 1024, 0) << llc;
+  const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  if (l2 > 0) {
+    EXPECT_GE(llc, l2) << "the L2 glibc reports is larger than the last level read from sysfs";
+  }
+}
+
 TEST_F(HostCompilerTest, DetectsCompilerWithExpectedFlags) {
   HostCompiler cc = compiler();
   ASSERT_FALSE(cc.path.empty());

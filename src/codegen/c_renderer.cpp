@@ -8,12 +8,13 @@
 #include <span>
 
 namespace fusor::codegen {
-namespace {
 
 void replace_all(std::string& text, std::string_view from, std::string_view to) {
   for (size_t pos = text.find(from); pos != std::string::npos; pos = text.find(from, pos + to.size()))
     text.replace(pos, from.size(), to);
 }
+
+namespace {
 
 // Substitute `$name` placeholders, then the dialect's function renames.
 std::string instantiate(const CDialect& dialect, std::string_view pattern,

@@ -16,6 +16,10 @@
 
 namespace fusor::codegen {
 
+// Every occurrence of `from` in text replaced by `to`, left to right (what a replacement
+// inserts is not searched again). The emitters' placeholder substitution.
+void replace_all(std::string& text, std::string_view from, std::string_view to);
+
 struct CDialect {
   std::string_view name;          // "c99", "cuda"
   std::string_view restrict_kw;   // "restrict" / "__restrict__"

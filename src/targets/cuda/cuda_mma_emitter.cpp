@@ -22,11 +22,7 @@ namespace {
 
 using codegen::cuda_dialect;
 using codegen::float_literal;
-
-void replace_all(std::string& text, std::string_view from, std::string_view to) {
-  for (size_t pos = text.find(from); pos != std::string::npos; pos = text.find(from, pos + to.size()))
-    text.replace(pos, from.size(), to);
-}
+using codegen::replace_all;
 
 // Device helpers; @T@ is the PTX element type (bf16 or f16).
 constexpr std::string_view kMmaHelpers = R"(static __device__ __forceinline__ uint32_t fusor_smem(const void* p) {

@@ -53,9 +53,9 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
     const bool number = res.ec == std::errc{} && res.ptr == value.data() + value.size();
     // Which tiles a knob belongs to. The AMX tile is 32 rows; `exact` and `overlap` are AMX's;
     // `stream` is the streaming kinds' and `bpf`, `ksub`, `epf`, `bfuse`, `bnext`, `bcopy` and
-    // `srows`, `crows`, `llc` the zmm and ymm tiles' (AMX's packing prefetches its own way; its tiles sum in
-    // their own order and keep their own epilogue); `fq` is attention's few-query path, on zmm
-    // or ymm registers in all three lanes.
+    // `srows`, `crows`, `llc` the zmm and ymm tiles' (AMX's packing prefetches its own way;
+    // its tiles sum in their own order and keep their own epilogue); `fq` is attention's
+    // few-query path, on zmm or ymm registers in all three lanes.
     enum class On { any, vector, amx };
     // hi_avx2: the ymm tile's bound where it differs (6 rows).
     struct Knob {

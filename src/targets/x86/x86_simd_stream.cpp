@@ -36,7 +36,7 @@ std::string split_sum(const std::string& acc, const std::string& n, const std::s
 // A row's element idx: `row` with every '@' replaced by idx ("t[@]": an array's; a residual
 // row re-read: its two inputs' sum).
 std::string element(std::string row, const std::string& idx) {
-  for (size_t at = row.find('@'); at != std::string::npos; at = row.find('@', at + idx.size())) row.replace(at, 1, idx);
+  codegen::replace_all(row, "@", idx);
   return row;
 }
 

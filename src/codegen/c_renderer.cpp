@@ -55,9 +55,11 @@ namespace {
 
 // Polynomial coefficients, highest degree first, of the helpers that have a scalar and a
 // 16-lane form: one list renders both, so the two cannot drift apart.
-// Cephes tanhf: tanh x = x + x·s·P(s), s = x², for |x| < 0.625.
-constexpr std::array<std::string_view, 5> kTanhSmall{"-5.70498872745e-3f", "2.06390887954e-2f", "-5.37397155531e-2f",
-                                                     "1.33314422036e-1f", "-3.33332819422e-1f"};
+// tanh |x| = m/(m + 2), m = e^2|x| - 1 = 2^n·(2^r - 1) + (2^n - 1) with 2|x|·log2(e) = n + r,
+// 0 <= r < 1, and 2^r - 1 = r·P(r): P fits (2^r - 1)/r with a relative minimax error of 1.2e-8,
+// so m keeps its relative accuracy down to r -> 0 (no cancellation, hence no second branch).
+constexpr std::array<std::string_view, 6> kExpm1Horner{"2.0745565416e-04f", "1.2710059527e-03f", "9.6506504342e-03f",
+                                                       "5.5496565998e-02f", "2.4022713304e-01f", "6.9314718246e-01f"};
 // erf x = x·P(x²) for |x| < 1.
 constexpr std::array<std::string_view, 7> kErfSmall{
     "7.853861353153693e-5f", "-8.010193625184903e-4f", "5.188327685732524e-3f", "-2.685381193529856e-2f",
@@ -127,15 +129,21 @@ std::string render_vector_math_helpers(const CDialect& dialect) {
          "23);\n"
          "  return x < -87.3f ? 0.0f : y;\n"
          "}\n"
-         "/* tanh: Cephes' odd polynomial below |x| = 0.625, else 1 - 2/(e^2|x| + 1) with the sign restored. */\n" +
+         "/* tanh |x| = m/(m + 2), m = e^2|x| - 1 = 2^n*(2^r - 1) + (2^n - 1) with 2|x|*log2(e) = n + r\n"
+         "   (n = its truncation, as it is >= 0; capped at 64, where the quotient is 1 in float), the sign\n"
+         "   restored; below 2^-12 tanh x rounds to x, which keeps the sign of zero. NaN stays NaN. */\n" +
          p +
          " float fusor_tanhf(float x) {\n"
-         "  const float ax = x < 0.0f ? -x : x, s = x * x;\n" +
-         horner("q", "s", kTanhSmall, 1) +
-         "  const float small = q * s * x + x;\n"
-         "  const float big = 1.0f - 2.0f / (fusor_expf(2.0f * ax) + 1.0f);\n"
-         "  const float y = ax < 0.625f ? small : (x < 0.0f ? -big : big);\n"
-         "  return x == 0.0f ? x : y; /* keeps the sign of zero */\n"
+         "  const float ax = x < 0.0f ? -x : x;\n"
+         "  float p = ax * 2.88539008177792681f;\n"
+         "  p = p > 64.0f ? 64.0f : p;\n"
+         "  const int32_t n = (int32_t)(p == p ? p : 0.0f);\n"
+         "  const float r = p - (float)n;\n" +
+         horner("q", "r", kExpm1Horner, 1) +
+         "  const float s = fusor_as_float((uint32_t)(n + 127) << 23);\n"
+         "  const float m = q * r * s + (s - 1.0f);\n"
+         "  const float y = m / (m + 2.0f);\n"
+         "  return ax < 0x1p-12f ? x : (x < 0.0f ? -y : y);\n"
          "}\n"
          "/* erf: odd polynomial below |x| = 1; above, Abramowitz & Stegun 7.1.26 (|err| <= 1.5e-7). */\n" +
          p +
@@ -198,21 +206,26 @@ std::string render_avx512_math_helpers(const CDialect& dialect) {
          horner("q", "r", kExp2Horner, 16) +
          "  return _mm512_maskz_scalef_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(-126.0f), _CMP_NLT_UQ), q, x);\n"
          "}\n" +
-         "/* tanh and erf as fusor_tanhf/fusor_erff, both branches computed and blended; the sign of\n"
-         "   the large-|x| branch is x's, so tanh/erf(-0) = -0 and (+-inf) = +-1; NaN stays NaN. Their\n"
-         "   exponentials run base 2 with log2(e) folded into the product that forms the argument\n"
-         "   (e^2|x| and e^-x^2; 9 instructions instead of 14): the product's rounding costs\n"
-         "   relative accuracy of e only where the term it feeds is small in absolute terms. */\n" +
+         "/* tanh as fusor_tanhf: one branch, no selects but the one below 2^-12 (x itself, so the sign\n"
+         "   of zero too); vreduceps gives r, vscalefps 2^n from p itself (both floor p). The cap at 64\n"
+         "   keeps NaN (vminps returns its second operand) and makes +-inf +-1. Against the two-branch\n"
+         "   form it replaced (Cephes' odd polynomial below 0.625 blended with 1 - 2/(e^2|x| + 1)):\n"
+         "   13 vector instructions instead of 26, 0.76x the time of the sigmoid/tanh DAG from L2.\n"
+         "   erf as fusor_erff, both branches computed and blended; the sign of the large-|x| branch\n"
+         "   is x's, so erf(-0) = -0 and (+-inf) = +-1; NaN stays NaN. Its e^-x^2 runs base 2 with\n"
+         "   log2(e) folded into the product that forms the argument (9 instructions instead of 14):\n"
+         "   the product's rounding costs relative accuracy of e only where the term it feeds is\n"
+         "   small in absolute terms. */\n" +
          p + " __m512 fusor_tanhf16(__m512 x) {\n" +
-         "  const __m512 ax = _mm512_abs_ps(x), s = _mm512_mul_ps(x, x);\n" + horner("q", "s", kTanhSmall, 16) +
-         "  const __m512 small = _mm512_fmadd_ps(_mm512_mul_ps(q, s), x, x);\n"
-         "  const __m512 one = _mm512_set1_ps(1.0f);\n"
-         "  const __m512 e = fusor_exp2f16(_mm512_mul_ps(ax, _mm512_set1_ps(2.88539008177792681f)));\n"
-         "  const __m512 big = _mm512_sub_ps(one, _mm512_div_ps(_mm512_set1_ps(2.0f), _mm512_add_ps(e, one)));\n"
-         "  const __m512 sbig = _mm512_or_ps(big, _mm512_and_ps(x, _mm512_set1_ps(-0.0f)));\n"
-         "  const __m512 y = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(ax, _mm512_set1_ps(0.625f), _CMP_LT_OQ), sbig, "
-         "small);\n"
-         "  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_EQ_OQ), y, x);\n"
+         "  const __m512 ax = _mm512_abs_ps(x), one = _mm512_set1_ps(1.0f);\n"
+         "  const __m512 p = _mm512_min_ps(_mm512_set1_ps(64.0f), _mm512_mul_ps(ax, _mm512_set1_ps(2.88539008177792681f)));\n"
+         "  const __m512 r = _mm512_reduce_ps(p, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);\n" +
+         horner("q", "r", kExpm1Horner, 16) +
+         "  const __m512 s = _mm512_scalef_ps(one, p);\n"
+         "  const __m512 m = _mm512_fmadd_ps(_mm512_mul_ps(q, r), s, _mm512_sub_ps(s, one));\n"
+         "  const __m512 y = _mm512_div_ps(m, _mm512_add_ps(m, _mm512_set1_ps(2.0f)));\n"
+         "  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(ax, _mm512_set1_ps(0x1p-12f), _CMP_LT_OQ),\n"
+         "                              _mm512_or_ps(y, _mm512_and_ps(x, _mm512_set1_ps(-0.0f))), x);\n"
          "}\n" +
          p + " __m512 fusor_erff16(__m512 x) {\n" + "  const __m512 ax = _mm512_abs_ps(x), z = _mm512_mul_ps(x, x);\n" +
          horner("q", "z", kErfSmall, 16) +
@@ -291,19 +304,22 @@ std::string render_avx2_math_helpers(const CDialect& dialect) {
          horner("q", "r", kExp2Horner, 8) +
          "  return _mm256_and_ps(fusor_scale2n8(q, n), _mm256_cmp_ps(x, _mm256_set1_ps(-126.0f), _CMP_NLT_UQ));\n"
          "}\n"
-         "/* tanh and erf as fusor_tanhf/fusor_erff (the same polynomials and exponentials), both\n"
-         "   branches computed and blended; the large-|x| branch takes x's sign, so tanh/erf(-0) = -0\n"
-         "   and (+-inf) = +-1; NaN stays NaN. */\n" +
+         "/* tanh as fusor_tanhf (n by truncation, 2^n through the exponent field: n is 0..64 after the\n"
+         "   cap, which keeps NaN); erf as fusor_erff (the same polynomials and exponential), both\n"
+         "   branches computed and blended, the large-|x| branch taking x's sign. Both: f(-0) = -0,\n"
+         "   f(+-inf) = +-1, NaN stays NaN. */\n" +
          p + " __m256 fusor_tanhf8(__m256 x) {\n" +
          "  const __m256 sign = _mm256_set1_ps(-0.0f), one = _mm256_set1_ps(1.0f);\n"
-         "  const __m256 ax = _mm256_andnot_ps(sign, x), s = _mm256_mul_ps(x, x);\n" +
-         horner("q", "s", kTanhSmall, 8) +
-         "  const __m256 small = _mm256_fmadd_ps(_mm256_mul_ps(q, s), x, x);\n"
-         "  const __m256 e = fusor_expf8(_mm256_add_ps(ax, ax));\n"
-         "  const __m256 big = _mm256_sub_ps(one, _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(e, one)));\n"
-         "  const __m256 sbig = _mm256_or_ps(big, _mm256_and_ps(x, sign));\n"
-         "  const __m256 y = _mm256_blendv_ps(sbig, small, _mm256_cmp_ps(ax, _mm256_set1_ps(0.625f), _CMP_LT_OQ));\n"
-         "  return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_EQ_OQ));\n"
+         "  const __m256 ax = _mm256_andnot_ps(sign, x);\n"
+         "  const __m256 p = _mm256_min_ps(_mm256_set1_ps(64.0f), _mm256_mul_ps(ax, _mm256_set1_ps(2.88539008177792681f)));\n"
+         "  const __m256i n = _mm256_cvttps_epi32(p);\n"
+         "  const __m256 r = _mm256_sub_ps(p, _mm256_cvtepi32_ps(n));\n" +
+         horner("q", "r", kExpm1Horner, 8) +
+         "  const __m256 s = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n, _mm256_set1_epi32(127)), 23));\n"
+         "  const __m256 m = _mm256_fmadd_ps(_mm256_mul_ps(q, r), s, _mm256_sub_ps(s, one));\n"
+         "  const __m256 y = _mm256_div_ps(m, _mm256_add_ps(m, _mm256_set1_ps(2.0f)));\n"
+         "  return _mm256_blendv_ps(_mm256_or_ps(y, _mm256_and_ps(x, sign)), x,\n"
+         "                          _mm256_cmp_ps(ax, _mm256_set1_ps(0x1p-12f), _CMP_LT_OQ));\n"
          "}\n" +
          p + " __m256 fusor_erff8(__m256 x) {\n" +
          "  const __m256 sign = _mm256_set1_ps(-0.0f), one = _mm256_set1_ps(1.0f);\n"

@@ -216,7 +216,7 @@ TEST_F(HostCompilerTest, CacheKeyFollowsSourceMetadataAndToolchainIdentity) {
   const std::string key = shared_object_cache_key(base, cc);
   EXPECT_EQ(key, shared_object_cache_key(base, cc));
 
-  std::vector<KernelSource> variants(12, base);
+  std::vector<KernelSource> variants(13, base);
   variants[0].source += " ";
   variants[1].entry = "other";
   variants[2].spec = SpecPolicy::bucket;
@@ -229,6 +229,7 @@ TEST_F(HostCompilerTest, CacheKeyFollowsSourceMetadataAndToolchainIdentity) {
   variants[9].source = "";
   variants[10].include_dirs = {"/opt/vendor/include"};
   variants[11].library_dirs = {"/opt/vendor/lib"};
+  variants[12].compile_flags = {"-mno-avx512f"};
   for (std::size_t i = 0; i < variants.size(); ++i)
     EXPECT_NE(shared_object_cache_key(variants[i], cc), key) << "variant " << i;
 

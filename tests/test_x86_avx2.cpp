@@ -21,6 +21,7 @@
 #include "fusor/target.hpp"
 #include "fusor/toolchain.hpp"
 #include "support/compare.hpp"
+#include "support/scoped_env.hpp"
 #include "support/vector_math.hpp"
 #include "support/x86_lanes.hpp"
 #include "targets/x86/x86_simd_emitter.hpp"
@@ -148,6 +149,57 @@ TEST(X86Avx2, KernelsBuildForHaswellWithoutAvx512) {
   }
   fs::remove_all(dir);
   EXPECT_EQ(built, 14);
+}
+
+// On a host with AVX-512, -march=native alone lets the compiler encode the lane's ymm code in
+// EVEX (longer instructions, ymm16-31): the lane's compile flag (-mno-avx512f) keeps it out, under
+// GCC and Clang alike. Built through the toolchain as fusor builds it, then disassembled.
+TEST(X86Avx2, KernelsHoldNoEvexWithGccOrClang) {
+  if (!host_has_avx512()) GTEST_SKIP() << "host lacks AVX-512: -march=native cannot encode EVEX here";
+  const fs::path dir = fs::temp_directory_path() / ("fusor-avx2-evex-" + std::to_string(::getpid()));
+  auto cache = DiskCache::open(dir / "cache");
+  ASSERT_TRUE(cache.ok()) << cache.error().str();
+  int checked = 0;
+  for (const char* cc_name : {"gcc", "clang"}) {
+    testing::ScopedEnv env("FUSOR_CC", cc_name);
+    auto cc = detect_host_compiler();
+    if (!cc.ok()) {
+      std::printf("%s: not usable here (%s), skipped\n", cc_name, cc.error().message.c_str());
+      continue;
+    }
+    for (const char* text : {"fused { epilogue = [bias, gelu]; residual = true }", "gated { gate_act = silu }",
+                             "attention { scale = 0.125; causal = true }",
+                             "pointwise { inputs = [x, g]; s = sigmoid(g); y = mul(x, s); t = tanh(y); output = t }"}) {
+      const Region region = region_of(text);
+      auto src = avx2_lane(region_kind(region))->emit(region, {});
+      ASSERT_TRUE(src.ok()) << src.error().str();
+      EXPECT_EQ(src->compile_flags, std::vector<std::string>{"-mno-avx512f"}) << text;
+      auto built = compile_shared_object(*src, *cc, *cache);
+      ASSERT_TRUE(built.ok()) << cc_name << ", " << text << ": " << built.error().str();
+      const fs::path listing = dir / "objdump.txt";
+      const std::string cmd =
+          "objdump -d --no-addresses '" + built->artifact.string() + "' > '" + listing.string() + "'";
+      ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+      std::ifstream in(listing);
+      int evex = 0, lines = 0;
+      for (std::string line; std::getline(in, line); ++lines) {
+        // An instruction's bytes follow a tab, its mnemonic a second one (a long instruction's
+        // bytes continue on a line without it); in 64-bit code a leading 0x62 is EVEX.
+        const auto tab = line.find('\t');
+        const bool is_evex = tab != std::string::npos && line.compare(tab + 1, 3, "62 ") == 0 &&
+                             line.find('\t', tab + 1) != std::string::npos;
+        if (is_evex || line.find("%zmm") != std::string::npos) {
+          if (evex++ < 3) ADD_FAILURE() << cc_name << ", " << text << ": " << line;
+        }
+      }
+      EXPECT_GT(lines, 100) << cmd;
+      EXPECT_EQ(evex, 0) << cc_name << ", " << text;
+      ++checked;
+    }
+  }
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  EXPECT_GE(checked, 4) << "GCC at least";
 }
 
 TEST(X86Avx2, OracleVerifiesEveryKind) {

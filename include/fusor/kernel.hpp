@@ -42,6 +42,8 @@ struct KernelSource {
   std::vector<std::string> link_libs;
   std::vector<std::string> include_dirs;
   std::vector<std::string> library_dirs;
+  // Flags the lane adds after the compiler's own (x86_avx2: -mno-avx512f); part of the cache key.
+  std::vector<std::string> compile_flags;
   std::string layouts; // e.g. "a=row_major,b=col_major"
   DType dtype = DType::f32;
   std::string target;      // "x86"

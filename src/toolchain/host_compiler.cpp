@@ -121,8 +121,10 @@ Status run_compile(const HostCompiler& cc, const std::string& source, const std:
   FUSOR_TRY(write_text(src, source));
   std::vector<std::string> argv = {cc.path};
   argv.insert(argv.end(), cc.flags.begin(), cc.flags.end());
-  if (kernel)
+  if (kernel) {
+    argv.insert(argv.end(), kernel->compile_flags.begin(), kernel->compile_flags.end());
     for (const auto& dir : kernel->include_dirs) argv.push_back("-I" + dir);
+  }
   argv.insert(argv.end(), {"-o", out.string(), src.string()});
   if (kernel) {
     for (const auto& dir : kernel->library_dirs) argv.insert(argv.end(), {"-L" + dir, "-Wl,-rpath," + dir});
@@ -212,7 +214,7 @@ std::string shared_object_cache_key(const KernelSource& src, const HostCompiler&
   return DiskCache::make_key(std::vector<std::string>{
       "fusor-host-so-v1", src.source, src.entry, src.lang, std::string(spec_policy_name(src.spec)), src.shape_key,
       src.layouts, std::string(dtype_name(src.dtype)), src.target, src.lane, join(src.link_libs),
-      join(src.include_dirs), join(src.library_dirs), cc.identity()});
+      join(src.include_dirs), join(src.library_dirs), join(src.compile_flags), cc.identity()});
 }
 
 Expected<CacheEntry> compile_shared_object(const KernelSource& src, const HostCompiler& cc, DiskCache& cache) {

@@ -26,10 +26,12 @@ const std::vector<Mutant>& mutants() {
   static const std::vector<Mutant> list = {
       // ---- fused GEMM epilogues, prologues, residual, reductions, layouts, tiles
       {"gelu constant wrong", "fused { epilogue = [bias, gelu] }", {{"0.044715f", "0.04715f"}}},
-      {"silu sign flipped", "fused { epilogue = [silu] }", {{"expf(-v)", "expf(v)"}}},
+      {"silu sign flipped",
+       "fused { epilogue = [silu] }",
+       {{"exp2f(-1.44269504088896341f * v)", "exp2f(1.44269504088896341f * v)"}}},
       {"tanh instead of sigmoid",
        "fused { epilogue = [sigmoid] }",
-       {{"(1.0f / (1.0f + fusor_expf(-v)))", "fusor_tanhf(v)"}}},
+       {{"(1.0f / (1.0f + fusor_exp2f(-1.44269504088896341f * v)))", "fusor_tanhf(v)"}}},
       {"gelu_erf without the 1/sqrt2", "fused { epilogue = [gelu_erf] }", {{"v * 0.70710678118654752f", "v"}}},
       {"dropped bias", "fused { epilogue = [bias, relu] }", {{"v = (v + bv);", ""}}},
       {"bias off by one column",

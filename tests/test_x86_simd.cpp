@@ -534,6 +534,10 @@ TEST(X86Simd, VectorExp2_16ErrorBoundsAndSpecialValues) {
   testing::expect_vector_exp2(16);
 }
 
+// The scalar 2^x every x86 lane's float loops render (sigmoid, silu and GELU spell e^y as
+// exp2f); no AVX-512 needed.
+TEST(X86Simd, ScalarExp2ErrorBoundsAndSpecialValues) { testing::expect_vector_exp2(1); }
+
 TEST(X86Simd, VectorTanhErf16ErrorBoundsAndSpecialValues) {
   REQUIRE_AVX512();
   testing::expect_vector_tanh_erf(16);

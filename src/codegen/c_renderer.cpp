@@ -44,6 +44,7 @@ const CDialect& c99_simd_dialect() {
                                 "static inline",
                                 "",
                                 {{"expf", "fusor_expf"},
+                                 {"exp2f", "fusor_exp2f"},
                                  {"tanhf", "fusor_tanhf"},
                                  {"erff", "fusor_erff"},
                                  {"fmaxf", "fusor_fmaxf"},
@@ -129,6 +130,19 @@ std::string render_vector_math_helpers(const CDialect& dialect) {
          "23);\n"
          "  return x < -87.3f ? 0.0f : y;\n"
          "}\n"
+         "/* 2^x = 2^n * 2^r, n = floor(x), r in [0, 1) exact; 2^n as fusor_expf's two exponent-field\n"
+         "   scales (2^128 gives inf); NaN stays NaN; below FLT_MIN (x < -126) 0, never denormal. */\n" +
+         p +
+         " float fusor_exp2f(float x) {\n"
+         "  float xc = x < -126.0f ? -126.0f : x;\n"
+         "  xc = xc > 128.0f ? 128.0f : xc;\n"
+         "  const float n = floorf(xc), r = xc - n;\n" +
+         horner("q", "r", kExp2Horner, 1) +
+         "  const int32_t j = (int32_t)(n == n ? n : 0.0f), h = j / 2;\n"
+         "  const float y = q * fusor_as_float((uint32_t)(h + 127) << 23) * fusor_as_float((uint32_t)(j - h + 127) << "
+         "23);\n"
+         "  return x < -126.0f ? 0.0f : y;\n"
+         "}\n"
          "/* tanh |x| = m/(m + 2), m = e^2|x| - 1 = 2^n*(2^r - 1) + (2^n - 1) with 2|x|*log2(e) = n + r\n"
          "   (n = its truncation, as it is >= 0; capped at 64, where the quotient is 1 in float), the sign\n"
          "   restored; below 2^-12 tanh x rounds to x, which keeps the sign of zero. NaN stays NaN. */\n" +
@@ -167,6 +181,7 @@ const CDialect& c99_avx512_dialect() {
                                 "static inline",
                                 "",
                                 {{"expf", "fusor_expf16"},
+                                 {"exp2f", "fusor_exp2f16"},
                                  {"tanhf", "fusor_tanhf16"},
                                  {"erff", "fusor_erff16"},
                                  {"fmaxf", "fusor_fmaxf16"},
@@ -260,6 +275,7 @@ const CDialect& c99_avx2_dialect() {
                                 "static inline",
                                 "",
                                 {{"expf", "fusor_expf8"},
+                                 {"exp2f", "fusor_exp2f8"},
                                  {"tanhf", "fusor_tanhf8"},
                                  {"erff", "fusor_erff8"},
                                  {"fmaxf", "fusor_fmaxf8"},

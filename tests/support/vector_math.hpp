@@ -44,33 +44,37 @@ inline std::vector<float> grid(double lo, double hi, int n) {
   return xs;
 }
 
-// `expr` over `v` (a vector of `lanes` floats: 16 or 8) with that width's helpers, applied
-// to every input by a kernel of its own (masked at the tail); the outputs.
+// `expr` over `v` (a vector of `lanes` floats: 16 or 8, or one float: the scalar helpers)
+// with that width's helpers, applied to every input by a kernel of its own (masked at the
+// tail); the outputs.
 inline std::vector<float> run_vector_expr(int lanes, const std::string& expr, const std::vector<float>& xs) {
-  const bool wide = lanes == 16;
+  const bool wide = lanes == 16, scalar = lanes == 1;
   KernelSource src;
-  src.source = "#include <immintrin.h>\n#include <math.h>\n#include <stdint.h>\n#include <string.h>\n" +
-               (wide ? codegen::render_avx512_math_helpers(codegen::c99_avx512_dialect())
-                     : codegen::render_avx2_math_helpers(codegen::c99_avx2_dialect())) +
-               "int fusor_kernel(const void* const* operands, float* restrict out, const int64_t* dims) {\n"
-               "  const float* x = (const float*)operands[0];\n"
-               "  for (int64_t i = 0; i < dims[0]; i += " +
-               std::to_string(lanes) + ") {\n" +
-               (wide ? "    const __mmask16 k = dims[0] - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (dims[0] - "
-                       "i)) - 1u);\n"
-                       "    const __m512 v = _mm512_maskz_loadu_ps(k, x + i);\n"
-                       "    _mm512_mask_storeu_ps(out + i, k, " +
-                           expr + ");\n"
-                     : "    const __m256i k = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(dims[0] - i < 8 ? dims[0] - "
-                       "i : 8)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));\n"
-                       "    const __m256 v = _mm256_maskload_ps(x + i, k);\n"
-                       "    _mm256_maskstore_ps(out + i, k, " +
-                           expr + ");\n") +
-               "  }\n  return 0;\n}\n";
+  src.source =
+      "#include <immintrin.h>\n#include <math.h>\n#include <stdint.h>\n#include <string.h>\n" +
+      (scalar ? codegen::render_vector_math_helpers(codegen::c99_simd_dialect())
+       : wide ? codegen::render_avx512_math_helpers(codegen::c99_avx512_dialect())
+              : codegen::render_avx2_math_helpers(codegen::c99_avx2_dialect())) +
+      "int fusor_kernel(const void* const* operands, float* restrict out, const int64_t* dims) {\n"
+      "  const float* x = (const float*)operands[0];\n"
+      "  for (int64_t i = 0; i < dims[0]; i += " +
+      std::to_string(lanes) + ") {\n" +
+      (scalar ? "    const float v = x[i];\n    out[i] = " + expr + ";\n"
+       : wide ? "    const __mmask16 k = dims[0] - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (dims[0] - "
+                "i)) - 1u);\n"
+                "    const __m512 v = _mm512_maskz_loadu_ps(k, x + i);\n"
+                "    _mm512_mask_storeu_ps(out + i, k, " +
+                    expr + ");\n"
+              : "    const __m256i k = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(dims[0] - i < 8 ? dims[0] - "
+                "i : 8)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));\n"
+                "    const __m256 v = _mm256_maskload_ps(x + i, k);\n"
+                "    _mm256_maskstore_ps(out + i, k, " +
+                    expr + ");\n") +
+      "  }\n  return 0;\n}\n";
   src.entry = "fusor_kernel";
   src.lang = "c";
   src.target = "x86";
-  src.lane = wide ? "x86_avx512" : "x86_avx2";
+  src.lane = scalar ? "x86_c" : wide ? "x86_avx512" : "x86_avx2";
   src.region_text = src.lane + " helper test: " + expr;
   auto art = x86().compile(src);
   EXPECT_TRUE(art.ok()) << (art.ok() ? "" : art.error().str());
@@ -114,10 +118,11 @@ inline void expect_vector_exp(int lanes) {
   EXPECT_NEAR(sv[11] / std::exp(static_cast<double>(88.7f)), 1.0, 1.5e-7); // the largest scale that stays finite
 }
 
-// `fusor_exp2f<lanes>`: 2^x without the Cody-Waite split (attention's softmax, log2 e folded
-// into its scale): about 1 ulp, 0 below FLT_MIN (never a denormal), inf from 2^128, NaN kept.
+// `fusor_exp2f<lanes>` (`fusor_exp2f` for lanes 1): 2^x without the Cody-Waite split
+// (attention's softmax, sigmoid, silu and GELU, log2 e folded into their products): about 1 ulp,
+// 0 below FLT_MIN (never a denormal), inf from 2^128, NaN kept.
 inline void expect_vector_exp2(int lanes) {
-  const std::string fn = "fusor_exp2f" + std::to_string(lanes) + "(v)";
+  const std::string fn = "fusor_exp2f" + (lanes == 1 ? std::string() : std::to_string(lanes)) + "(v)";
   const auto ex = grid(-125.0, 127.9, 400001);
   const auto e = measure(ex, run_vector_expr(lanes, fn, ex), [](double x) { return std::exp2(x); });
   std::printf("%s: max rel err %.3g\n", fn.c_str(), e.max_rel);

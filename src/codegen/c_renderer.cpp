@@ -310,16 +310,19 @@ std::string render_avx2_math_helpers(const CDialect& dialect) {
          horner("q", "r", kExpHorner, 8) +
          "  return _mm256_and_ps(fusor_scale2n8(q, n), _mm256_cmp_ps(x, _mm256_set1_ps(-87.3f), _CMP_NLT_UQ));\n"
          "}\n"
-         "/* fusor_exp2f16 in AVX2: r = x - floor(x) (exact) and the same polynomial; 2^floor(x) by\n"
-         "   fusor_scale2n8 with x clamped to [-126, 128] first, so no product is denormal (below -126\n"
-         "   the and-mask makes the result 0) and 2^128 overflows to inf. NaN: the clamps pass it\n"
-         "   through (vminps/vmaxps return their second operand), r and q are NaN. */\n" +
+         "/* fusor_exp2f16 in AVX2: r = x - floor(x) (exact) and the same polynomial; x clamped to\n"
+         "   [-126, 128] first, so no product is denormal (below -126 the and-mask makes the result 0).\n"
+         "   As q = 2^r is in [1, 2), 2^floor(x) fits one exponent field (fusor_expf8's q can be below 1\n"
+         "   at n = 128, hence its two): n = 128 makes the field 255, inf, as 2^128 must be. NaN: the\n"
+         "   clamps pass it through (vminps/vmaxps return their second operand), r and q are NaN. */\n" +
          p +
          " __m256 fusor_exp2f8(__m256 x) {\n"
          "  const __m256 xc = _mm256_max_ps(_mm256_set1_ps(-126.0f), _mm256_min_ps(_mm256_set1_ps(128.0f), x));\n"
          "  const __m256 n = _mm256_floor_ps(xc), r = _mm256_sub_ps(xc, n);\n" +
          horner("q", "r", kExp2Horner, 8) +
-         "  return _mm256_and_ps(fusor_scale2n8(q, n), _mm256_cmp_ps(x, _mm256_set1_ps(-126.0f), _CMP_NLT_UQ));\n"
+         "  const __m256 s = _mm256_castsi256_ps(\n"
+         "      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127)), 23));\n"
+         "  return _mm256_and_ps(_mm256_mul_ps(q, s), _mm256_cmp_ps(x, _mm256_set1_ps(-126.0f), _CMP_NLT_UQ));\n"
          "}\n"
          "/* tanh as fusor_tanhf (n by truncation, 2^n through the exponent field: n is 0..64 after the\n"
          "   cap, which keeps NaN); erf as fusor_erff (the same polynomials and exponential), both\n"

@@ -202,6 +202,11 @@ TEST(X86Avx2, KernelsHoldNoEvexWithGccOrClang) {
   EXPECT_GE(checked, 4) << "GCC at least";
 }
 
+TEST(X86Avx2, SkinnyPathSplitsKOrColumns) {
+  REQUIRE_AVX2();
+  testing::expect_skinny_splits("x86_avx2");
+}
+
 TEST(X86Avx2, OracleVerifiesEveryKind) {
   REQUIRE_AVX2();
   // The AVX-512 lane's list, and two the AVX2 lane's own paths add (bf16 attention, a norm

@@ -243,6 +243,11 @@ TEST(X86Simd, ColdBRowsPath) {
   testing::expect_cold_b_rows_path("x86_avx512");
 }
 
+TEST(X86Simd, SkinnyPathSplitsKOrColumns) {
+  REQUIRE_AVX512();
+  testing::expect_skinny_splits("x86_avx512");
+}
+
 TEST(X86Simd, LateThreadsPanelsAreTaken) {
   REQUIRE_AVX512();
   testing::expect_late_thread_panels_taken("x86_avx512");

@@ -221,6 +221,25 @@ inline void expect_cold_b_rows_path(std::string_view name) {
   }
 }
 
+// The skinny path (rows below the row path's, N > 256) with K split between the threads (the
+// default) and with the columns split: both match the reference, a thread whose share of K is
+// empty (K under 8 rows a thread) included, in every in-place GEMM kind.
+inline void expect_skinny_splits(std::string_view name) {
+  for (const char* text : kInPlaceGemmRegions) {
+    const Region region = region_of(text);
+    for (const char* ksplit : {"0", "1"}) {
+      const std::map<std::string, std::string> knobs{{"ksplit", ksplit}};
+      EmitOptions eo;
+      eo.options = knobs;
+      auto src = x86_candidate(region_kind(region), name)->emit(region, eo);
+      ASSERT_TRUE(src.ok()) << src.error().str();
+      EXPECT_EQ(src->source.find("kpart") != std::string::npos, ksplit[0] == '1') << name << " " << text;
+      for (const ProblemShape& dims : {gemm(2, 300, 5), gemm(1, 700, 1600), gemm(2, 4099, 20), gemm(1, 513, 9)})
+        expect_matches_reference_on(name, region, dims, 53, 0.5, knobs);
+    }
+  }
+}
+
 // dv < 0: Dv = D.
 inline ProblemShape attention_dims(std::int64_t batch, std::int64_t heads, std::int64_t kv_heads, std::int64_t m,
                                    std::int64_t nk, std::int64_t d, std::int64_t dv = -1) {

@@ -74,6 +74,10 @@ struct Tuning {
   // register block (row_run_gemm, which says why these bounds; srows <= 4: never). The ymm
   // lane's default is 16.
   int srows = 14;
+  // The skinny path (fewer rows than the row path takes, N > 256) splits K between the threads,
+  // each reading whole rows of B, and sums their partial rows after a barrier (skinny_gemm says
+  // why); 0: each thread owns a range of columns instead. For A/B runs.
+  int ksplit = 1;
   // With srows: rows below crows take the row path too where B is larger than the host's
   // last-level cache (llc), so that it comes from memory at every call (row_run_gemm says why;
   // 0 or <= srows: never). The ymm lane's default is 0.

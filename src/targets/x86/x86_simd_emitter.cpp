@@ -53,7 +53,7 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
     const bool number = res.ec == std::errc{} && res.ptr == value.data() + value.size();
     // Which tiles a knob belongs to. The AMX tile is 32 rows; `exact` and `overlap` are AMX's;
     // `stream` is the streaming kinds' and `bpf`, `ksub`, `epf`, `bfuse`, `bnext`, `bcopy` and
-    // `srows`, `crows`, `llc` the zmm and ymm tiles' (AMX's packing prefetches its own way;
+    // `srows`, `crows`, `llc`, `ksplit` the zmm and ymm tiles' (AMX's packing prefetches its own way;
     // its tiles sum in their own order and keep their own epilogue); `fq` is attention's
     // few-query path, on zmm or ymm registers in all three lanes.
     enum class On { any, vector, amx };
@@ -76,6 +76,7 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
         {"srows", &simd::Tuning::srows, 0, 64, On::vector},     {"fq", &simd::Tuning::fq, 0, 64, On::any},
         {"steal", &simd::Tuning::steal, 0, 1, On::vector},      {"lag", &simd::Tuning::lag, 0, 1000000, On::vector},
         {"crows", &simd::Tuning::crows, 0, 64, On::vector},     {"llc", &simd::Tuning::llc, 0, 1 << 30, On::vector},
+        {"ksplit", &simd::Tuning::ksplit, 0, 1, On::vector},
     };
     const Knob* knob = nullptr;
     std::string names;

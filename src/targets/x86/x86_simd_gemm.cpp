@@ -314,26 +314,52 @@ namespace {
 
 // Fewer than 8 rows (a decoder's few tokens) and N > 256: B is streamed, not packed. A GEMM of so few rows
 // reads each element of B once, so its time is B's trip from memory; packed 32 columns at a
-// time, B's rows are read 512 bytes per 4 KiB page and the packing is a second pass. Here
-// each thread owns a range of columns and walks K in steps of 8 rows: for each 512-column
-// chunk and row of A, 8 FMAs per output into `out` (in L1), so B streams in 8 sequential rows.
-// Then the epilogue on the thread's columns, and the rows' reduction after a barrier. Against
-// the packed path (development VM, 4096 x 4096 B): 2.5x faster at M = 1, 1.45x at 4, 1.33x at
-// 6 and 7, 0.95x at 8; at N = 256 the in-place tile is faster (M = 1: 0.8x here).
-std::string skinny_gemm(const GemmPlan& plan, const StorageLoad& ld) {
+// time, B's rows are read 512 bytes per 4 KiB page and the packing is a second pass. Here B
+// is walked in steps of 8 rows: for each 512-column chunk and row of A, 8 FMAs per output into
+// a partial row (in L1), so B streams in 8 sequential rows. Against the packed path
+// (development VM, 4096 x 4096 B): 2.5x faster at M = 1, 1.45x at 4, 1.33x at 6 and 7, 0.95x
+// at 8; at N = 256 the in-place tile is faster (M = 1: 0.8x here).
+//
+// Which rows of B a thread reads (Tuning::ksplit): with the columns split, each thread reads
+// its share of every row (at 16 threads 1 KiB of a 16 KiB row), the threads' reads interleaved
+// through memory; with K split, each thread reads whole rows, one contiguous run of B, into
+// partial rows of its own (M x N, shared), which the threads sum column range by column range
+// after a barrier, in thread order. Emitted kernels, bias + GELU, 4096 x 4096 B (two copies in
+// turn), K split / columns split: the lent host's Xeon at 16 threads 0.93x (1 row), 0.86x
+// (2 rows), 0.82x (3 rows, ymm); at two threads 0.98-1.01x; Zen 4 (two threads) 0.92-1.00x.
+// Either way each sub-block of FUSOR_KSUB rows sums into `part` before it is added to the
+// running sum: as the tiles' sums, three levels (pairs, sub-blocks, the running sum).
+std::string skinny_gemm(const GemmPlan& plan, const StorageLoad& ld, bool ksplit) {
   std::string s = "  if (M < 8 && !direct) {\n    int sfail = 0;\n";
+  if (ksplit) {
+    s += "    int ntm = 1;\n#ifdef _OPENMP\n    ntm = omp_get_max_threads();\n#endif\n";
+    s += "    float* restrict kpart = (float*)fusor_scratch(3, sizeof(float) * (size_t)ntm * (size_t)(M * N));\n";
+    s += "    if (!kpart) return 2;\n";
+  }
   s += thread_columns_head(16);
-  // Each sub-block of FUSOR_KSUB rows of B sums into the thread's `part` rows, which are then
-  // added to `out`: as the tiles' sums, three levels (pairs, sub-blocks, the running sum).
-  s += "      float* restrict part = (float*)fusor_scratch(1, sizeof(float) * (size_t)(M * per));\n";
+  // The partial row's index of column j, and the thread's share of K.
+  const std::string at = ksplit ? "j" : "j - j0", width = ksplit ? "N" : "per";
+  s += "      float* restrict part = (float*)fusor_scratch(1, sizeof(float) * (size_t)(M * " + width + "));\n";
   s += "      if (!part) {\n        #pragma omp atomic write\n        sfail = 1;\n      }\n";
-  s += "      for (int64_t k0 = 0; part && k0 < K; k0 += FUSOR_KSUB) {\n";
-  s += "        const int64_t k1 = K - k0 > FUSOR_KSUB ? k0 + FUSOR_KSUB : K;\n";
+  if (ksplit) {
+    s += "      const int64_t kper = fusor_cdiv(fusor_cdiv(K, nt), 8) * 8;\n";
+    s += "      const int64_t ka = me * kper < K ? me * kper : K, kz = ka + kper < K ? ka + kper : K;\n";
+    s += "      float* restrict run = kpart + (size_t)me * (size_t)(M * N);\n";
+    s += "      if (ka >= kz) memset(run, 0, sizeof(float) * (size_t)(M * N));\n";
+  } else {
+    s += "      const int64_t ka = 0, kz = K;\n";
+  }
+  s += "      for (int64_t k0 = ka; part && k0 < kz; k0 += FUSOR_KSUB) {\n";
+  s += "        const int64_t k1 = kz - k0 > FUSOR_KSUB ? k0 + FUSOR_KSUB : kz;\n";
   s += "        for (int64_t kb = k0; kb < k1; kb += 8)\n";
-  s += "          for (int64_t jc = j0; jc < j1; jc += 512) {\n";
-  s += "            const int64_t je = jc + 512 < j1 ? jc + 512 : j1;\n";
+  s += ksplit
+           ? "          for (int64_t jc = 0; jc < N; jc += 512) {\n            const int64_t je = jc + 512 < N ? jc + "
+             "512 : N;\n"
+           : "          for (int64_t jc = j0; jc < j1; jc += 512) {\n            const int64_t je = jc + 512 < j1 ? "
+             "jc + 512 : j1;\n";
   s += "            for (int64_t m = 0; m < M; ++m) {\n";
-  s += "              float* restrict p = part + m * per;\n              const float* restrict am = A + m * K + kb;\n";
+  s += "              float* restrict p = part + m * " + width +
+       ";\n              const float* restrict am = A + m * K + kb;\n";
   s += "              if (k1 - kb >= 8) {\n                const float ";
   for (int t = 0; t < 8; ++t)
     s += std::string(t ? ", " : "") + "a" + std::to_string(t) + " = am[" + std::to_string(t) + "]";
@@ -342,19 +368,37 @@ std::string skinny_gemm(const GemmPlan& plan, const StorageLoad& ld) {
   const auto prod = [](int t) { return "a" + std::to_string(t) + " * B[(kb + " + std::to_string(t) + ") * N + j]"; };
   for (int t = 0; t < 8; t += 2)
     s += "                  const float s" + std::to_string(t) + " = " + prod(t) + " + " + prod(t + 1) + ";\n";
-  s += "                  p[j - j0] = (kb == k0 ? 0.0f : p[j - j0]) + ((s0 + s2) + (s4 + s6));\n";
+  s += "                  p[" + at + "] = (kb == k0 ? 0.0f : p[" + at + "]) + ((s0 + s2) + (s4 + s6));\n";
   s += "                }\n              } else\n";
   s += "                for (int64_t t = 0; kb + t < k1; ++t) {\n                  const float at = am[t];\n";
   s += "                  #pragma omp simd\n";
   s += "                  for (int64_t j = jc; j < je; ++j)\n";
-  s += "                    p[j - j0] = (kb + t == k0 ? 0.0f : p[j - j0]) + at * B[(kb + t) * N + j];\n";
+  s += "                    p[" + at + "] = (kb + t == k0 ? 0.0f : p[" + at + "]) + at * B[(kb + t) * N + j];\n";
   s += "                }\n";
   s += "            }\n          }\n";
+  // The sub-block's sums onto the running sum: the thread's own partial rows (K split) or its
+  // columns of `out`.
   s += "        for (int64_t m = 0; m < M; ++m) {\n";
-  s += "          float* restrict o = out + m * N;\n          const float* restrict p = part + m * per;\n";
-  s += "          #pragma omp simd\n";
-  s += "          for (int64_t j = j0; j < j1; ++j) o[j] = (k0 == 0 ? 0.0f : o[j]) + p[j - j0];\n        }\n";
+  if (ksplit) {
+    s += "          float* restrict r = run + m * N;\n          const float* restrict p = part + m * N;\n";
+    s += "          #pragma omp simd\n";
+    s += "          for (int64_t j = 0; j < N; ++j) r[j] = (k0 == ka ? 0.0f : r[j]) + p[j];\n        }\n";
+  } else {
+    s += "          float* restrict o = out + m * N;\n          const float* restrict p = part + m * per;\n";
+    s += "          #pragma omp simd\n";
+    s += "          for (int64_t j = j0; j < j1; ++j) o[j] = (k0 == 0 ? 0.0f : o[j]) + p[j - j0];\n        }\n";
+  }
   s += "      }\n";
+  if (ksplit) {
+    // Every thread's partial rows are whole: the thread's columns summed over the threads, in
+    // thread order, into `out`.
+    s += "      #pragma omp barrier\n";
+    s += "      for (int64_t m = 0; m < M; ++m) {\n        float* restrict o = out + m * N;\n";
+    s += "        #pragma omp simd\n        for (int64_t j = j0; j < j1; ++j) {\n";
+    s += "          float v = kpart[m * N + j];\n";
+    s += "          for (int t = 1; t < nt; ++t) v += kpart[(size_t)t * (size_t)(M * N) + m * N + j];\n";
+    s += "          o[j] = v;\n        }\n      }\n";
+  }
   return s + thread_columns_tail(plan, ld);
 }
 
@@ -625,7 +669,7 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
   if (in_place) {
     s += "  const int direct = N <= 256;\n";
     if (tuning.srows > 4) s += row_run_gemm(plan, ld, tuning);
-    s += skinny_gemm(plan, ld);
+    s += skinny_gemm(plan, ld, tuning.ksplit != 0);
   }
   if (gated) {
     // Partial sums of both products when K spans several blocks (out holds only one).

@@ -337,7 +337,7 @@ std::string skinny_gemm(const GemmPlan& plan, const StorageLoad& ld, bool ksplit
     s += "    if (!kpart) return 2;\n";
   }
   s += thread_columns_head(16);
-  // The partial row's index of column j, and the thread's share of K.
+  // Column j's index in a partial row, and the rows' width.
   const std::string at = ksplit ? "j" : "j - j0", width = ksplit ? "N" : "per";
   s += "      float* restrict part = (float*)fusor_scratch(1, sizeof(float) * (size_t)(M * " + width + "));\n";
   s += "      if (!part) {\n        #pragma omp atomic write\n        sfail = 1;\n      }\n";

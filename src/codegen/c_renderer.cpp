@@ -130,17 +130,17 @@ std::string render_vector_math_helpers(const CDialect& dialect) {
          "23);\n"
          "  return x < -87.3f ? 0.0f : y;\n"
          "}\n"
-         "/* 2^x = 2^n * 2^r, n = floor(x), r in [0, 1) exact; 2^n as fusor_expf's two exponent-field\n"
-         "   scales (2^128 gives inf); NaN stays NaN; below FLT_MIN (x < -126) 0, never denormal. */\n" +
+         "/* 2^x = 2^n * 2^r, n = floor(x), r in [0, 1) exact; as q = 2^r is in [1, 2), 2^n fits one\n"
+         "   exponent field (n = 128 makes it 255, inf, as 2^128 must be); NaN stays NaN; below FLT_MIN\n"
+         "   (x < -126) 0, never denormal. */\n" +
          p +
          " float fusor_exp2f(float x) {\n"
          "  float xc = x < -126.0f ? -126.0f : x;\n"
          "  xc = xc > 128.0f ? 128.0f : xc;\n"
          "  const float n = floorf(xc), r = xc - n;\n" +
          horner("q", "r", kExp2Horner, 1) +
-         "  const int32_t j = (int32_t)(n == n ? n : 0.0f), h = j / 2;\n"
-         "  const float y = q * fusor_as_float((uint32_t)(h + 127) << 23) * fusor_as_float((uint32_t)(j - h + 127) << "
-         "23);\n"
+         "  const int32_t j = (int32_t)(n == n ? n : 0.0f);\n"
+         "  const float y = q * fusor_as_float((uint32_t)(j + 127) << 23);\n"
          "  return x < -126.0f ? 0.0f : y;\n"
          "}\n"
          "/* tanh |x| = m/(m + 2), m = e^2|x| - 1 = 2^n*(2^r - 1) + (2^n - 1) with 2|x|*log2(e) = n + r\n"

@@ -135,6 +135,9 @@ struct StorageLoad {
 // `#define FUSOR_KSUB` for the tiles (Tuning::ksub; 0: never within a K block).
 std::string ksub_define(int ksub);
 std::string micro_kernel_source(int mr, int ksub);
+// `fusor_ukr16`: fusor_ukr's contract for the first 16 columns of the packed panel only
+// (c[MR][16]), for a panel whose last 16 columns nobody reads.
+std::string half_micro_kernel_source(int mr);
 // fusor_ukr with the same contract on AVX2 + FMA (x86_avx2_gemm.cpp): each 16-column half of
 // the tile in 2 x mr ymm accumulators (mr <= 6).
 std::string avx2_micro_kernel_source(int mr, int ksub);

@@ -112,47 +112,68 @@ std::string packing_prefetches(const std::vector<std::string>& rows, int ahead, 
 
 namespace {
 
-// A zmm register tile of `rows` rows as function `name(kc, <params>, c, ldc, cin, ldin)`: 2 x rows
-// accumulators over kc steps of `step_head` (loads b0 and b1, B's 32 columns at k) and row r's
-// FMAs with A's value `a_at(r)`, then `step_tail`; c = cin + the products (cin NULL: none; it
-// may be c). The accumulators start from zero every FUSOR_KSUB steps and are added to cin (the
-// first time) or to c (after): the sum over K is three-level (sub-blocks, K blocks, the running
-// sum), so its rounding error grows with the sub-block's length, not the K block's or K's.
+// A zmm register tile of `rows` rows as function `name(kc, <params>, c, ldc, cin, ldin)`: `vecs`
+// (2, or 1 for a 16-column half tile) x rows accumulators over kc steps of `step_head` (loads b0
+// and, for two, b1: B's 32 columns at k) and row r's FMAs with A's value `a_at(r)`, then
+// `step_tail`; c = cin + the products (cin NULL: none; it may be c). The accumulators start from
+// zero every FUSOR_KSUB steps and are added to cin (the first time) or to c (after): the sum
+// over K is three-level (sub-blocks, K blocks, the running sum), so its rounding error grows
+// with the sub-block's length, not the K block's or K's.
 std::string avx512_tile(int rows, const std::string& name, const std::string& params, const std::string& setup,
                         const std::string& step_head, const std::function<std::string(int)>& a_at,
-                        const std::string& step_tail) {
+                        const std::string& step_tail, int vecs = 2) {
+  // Row r's statement `each(R, "0")`, then for two vectors `each(R, "1")` on the same line.
+  const auto per_vec = [vecs](int r, const std::function<std::string(const std::string&, const std::string&)>& each) {
+    const std::string R = std::to_string(r);
+    std::string t = each(R, "0");
+    if (vecs == 2) t += " " + each(R, "1");
+    return t;
+  };
   std::string s =
       "static void " + name + "(int64_t kc, " + params + ", float* c, int64_t ldc, const float* cin, int64_t ldin) {\n";
   for (int r = 0; r < rows; ++r)
-    s += "  __m512 c" + std::to_string(r) + "_0 = _mm512_setzero_ps(), c" + std::to_string(r) +
-         "_1 = _mm512_setzero_ps();\n";
+    s += "  " +
+         per_vec(r, [](const std::string& R,
+                       const std::string& v) { return "__m512 c" + R + "_" + v + " = _mm512_setzero_ps();"; }) +
+         "\n";
   const std::string sub = "FUSOR_KSUB";
   s += setup + "  for (int64_t k0 = 0;; k0 += " + sub + ") {\n";
   s += "    const int64_t k1 = kc - k0 > " + sub + " ? k0 + " + sub + " : kc;\n";
   s += "    #pragma GCC unroll 4\n    for (int64_t k = k0; k < k1; ++k) {\n" + step_head;
-  for (int r = 0; r < rows; ++r) {
-    const std::string R = std::to_string(r);
-    s += "      { const __m512 av = _mm512_set1_ps(" + a_at(r) + "); c" + R + "_0 = _mm512_fmadd_ps(av, b0, c" + R +
-         "_0); c" + R + "_1 = _mm512_fmadd_ps(av, b1, c" + R + "_1); }\n";
-  }
+  for (int r = 0; r < rows; ++r)
+    s += "      { const __m512 av = _mm512_set1_ps(" + a_at(r) + "); " +
+         per_vec(r,
+                 [](const std::string& R, const std::string& v) {
+                   return "c" + R + "_" + v + " = _mm512_fmadd_ps(av, b" + v + ", c" + R + "_" + v + ");";
+                 }) +
+         " }\n";
   s += step_tail + "    }\n";
   // The sums so far (cin the first time, then c; NULL: none) plus the accumulators, to c.
   s += "    const float* from = k0 == 0 ? cin : c;\n    const int64_t ldf = k0 == 0 ? ldin : ldc;\n";
   s += "    if (from) {\n";
-  for (int r = 0; r < rows; ++r) {
-    const std::string R = std::to_string(r);
-    s += "      c" + R + "_0 = _mm512_add_ps(c" + R + "_0, _mm512_loadu_ps(from + " + R + " * ldf)); c" + R +
-         "_1 = _mm512_add_ps(c" + R + "_1, _mm512_loadu_ps(from + " + R + " * ldf + 16));\n";
-  }
+  for (int r = 0; r < rows; ++r)
+    s += "      " +
+         per_vec(r,
+                 [](const std::string& R, const std::string& v) {
+                   return "c" + R + "_" + v + " = _mm512_add_ps(c" + R + "_" + v + ", _mm512_loadu_ps(from + " + R +
+                          " * ldf" + (v == "1" ? " + 16" : "") + "));";
+                 }) +
+         "\n";
   s += "    }\n";
-  for (int r = 0; r < rows; ++r) {
-    const std::string R = std::to_string(r);
-    s += "    _mm512_storeu_ps(c + " + R + " * ldc, c" + R + "_0); _mm512_storeu_ps(c + " + R + " * ldc + 16, c" + R +
-         "_1);\n";
-  }
+  for (int r = 0; r < rows; ++r)
+    s += "    " +
+         per_vec(r,
+                 [](const std::string& R, const std::string& v) {
+                   return "_mm512_storeu_ps(c + " + R + " * ldc" + (v == "1" ? " + 16" : "") + ", c" + R + "_" + v +
+                          ");";
+                 }) +
+         "\n";
   s += "    if (k1 == kc) break;\n";
   for (int r = 0; r < rows; ++r)
-    s += "    c" + std::to_string(r) + "_0 = c" + std::to_string(r) + "_1 = _mm512_setzero_ps();\n";
+    s += "    " +
+         per_vec(r, [](const std::string& R,
+                       const std::string& v) { return "c" + R + "_" + v + " = _mm512_setzero_ps();"; }) +
+         "\n";
   return s + "  }\n}\n\n";
 }
 
@@ -165,12 +186,13 @@ std::string packed_a_step(int mr) {
 std::string packed_a_at(int r) { return "ak[" + std::to_string(r) + "]"; }
 
 // fusor_ukr's tile of `rows` rows, A packed [kc][mr] (rows < mr: the first rows of a panel,
-// from a + r), B packed [kc][32].
-std::string avx512_packed_ukr(int rows, int mr, const std::string& name) {
-  return avx512_tile(rows, name, "const float* restrict a, const float* restrict b", "",
-                     "    const __m512 b0 = _mm512_loadu_ps(b + k * 32), b1 = _mm512_loadu_ps(b + k * 32 + 16);\n" +
-                         packed_a_step(mr),
-                     packed_a_at, "");
+// from a + r), B packed [kc][32] (`vecs` 1: its first 16 columns only).
+std::string avx512_packed_ukr(int rows, int mr, const std::string& name, int vecs = 2) {
+  const std::string b =
+      vecs == 2 ? "    const __m512 b0 = _mm512_loadu_ps(b + k * 32), b1 = _mm512_loadu_ps(b + k * 32 + 16);\n"
+                : "    const __m512 b0 = _mm512_loadu_ps(b + k * 32);\n";
+  return avx512_tile(rows, name, "const float* restrict a, const float* restrict b", "", b + packed_a_step(mr),
+                     packed_a_at, "", vecs);
 }
 
 // fusor_ukr's full tile with B read from its storage instead of a packed panel (f32 [K, N],
@@ -229,6 +251,8 @@ std::string micro_kernel_source(int mr, int ksub) {
   return "#define FUSOR_MR " + std::to_string(mr) + "\n" + ksub_define(ksub) + avx512_packed_ukr(mr, mr, "fusor_ukr") +
          transpose16_source();
 }
+
+std::string half_micro_kernel_source(int mr) { return avx512_packed_ukr(mr, mr, "fusor_ukr16", 1); }
 
 namespace {
 

@@ -297,14 +297,16 @@ std::string vector_sum(RowNorm norm, const LaneVector& v, const std::string& acc
   return s + in + "}\n";
 }
 
-// v_ times gamma[j_], plus beta[j_], where the chain has them (statements).
-std::string vector_weight(const LaneVector& v, bool gamma, bool beta, const std::string& in) {
+// v_ times gamma[j_], plus beta[j_], where the chain has them (statements); `whole`: a whole
+// vector, loaded without the mask.
+std::string vector_weight(const LaneVector& v, bool gamma, bool beta, const std::string& in, bool whole = false) {
+  const auto load = [&](const std::string& p) { return whole ? v.load(p) : v.masked_load(p); };
   std::string s;
   if (gamma)
-    s += in + "{ const " + v.T + " g_ = " + v.masked_load("gamma + j_") +
+    s += in + "{ const " + v.T + " g_ = " + load("gamma + j_") +
          "; v_ = " + codegen::render_op(v.dialect(), Op::mul, "v_", "g_") + "; }\n";
   if (beta)
-    s += in + "{ const " + v.T + " b_ = " + v.masked_load("beta + j_") +
+    s += in + "{ const " + v.T + " b_ = " + load("beta + j_") +
          "; v_ = " + codegen::render_op(v.dialect(), Op::add, "v_", "b_") + "; }\n";
   return s;
 }
@@ -378,12 +380,7 @@ std::string pipelined_output(const NormChainRegion& r, const LaneVector& v, cons
     if (tail) t += in + "    " + v.mask() + "\n";
     t += in + "    const " + v.T + " d_ = " + load("t + j_") + " - cv_;\n";
     t += in + "    " + v.T + " v_ = " + codegen::render_row_norm_output(v.dialect(), r.norm(), "d_", "rv_") + ";\n";
-    std::string w = vector_weight(v, r.weight(), r.bias(), in + "    ");
-    if (!tail) // (vector_weight's loads are masked: whole vectors load plainly)
-      for (const std::string p : {"gamma + j_", "beta + j_"})
-        for (auto at = w.find(v.masked_load(p)); at != std::string::npos; at = w.find(v.masked_load(p)))
-          w.replace(at, v.masked_load(p).size(), v.load(p));
-    t += w;
+    t += vector_weight(v, r.weight(), r.bias(), in + "    ", !tail);
     if (tail) {
       t += in + "    " + v.masked_store("o + j_", "v_") + "\n";
     } else {
@@ -539,9 +536,9 @@ std::string norm_chain_body(const NormChainRegion& r, bool avx2) {
     s += split_sum("s_", "row_len", "        ",
                    [&](const std::string& idx, int k) { return accumulate_term(r.norm(), row, idx, k); });
   s += "        const float r_ = " + codegen::render_row_norm_factor(d, r.norm(), "s_", "(float)row_len", eps) + ";\n";
-  // The output: re-read rows store it straight out (reread_output); the others in chunks of an
-  // L1 buffer, streamed out from there when nt_out, the same chunks either way, so both give
-  // the same bits.
+  // The output: re-read rows and rows read in place store it straight out (reread_output,
+  // pipelined_output); softmax's rows in chunks of an L1 buffer, streamed out from there when
+  // nt_out, the same chunks either way, so both give the same bits.
   if (pipelined) s += "        e_ = 0.0f;\n";
   if (max_ahead) s += "        " + vec.T + " mx_ = " + vec.set1 + "(-INFINITY);\n";
   if (reread) {
@@ -552,18 +549,9 @@ std::string norm_chain_body(const NormChainRegion& r, bool avx2) {
     s += "        for (int64_t j0_ = 0; j0_ < row_len; j0_ += FUSOR_OUT_CHUNK) {\n";
     s += "          const int64_t jn_ = row_len - j0_ < FUSOR_OUT_CHUNK ? row_len - j0_ : FUSOR_OUT_CHUNK;\n";
     s += "          float* restrict od_ = nt_out ? ob_ : o + j0_;\n";
-    if (vrows) {
-      s += vector_output(r.norm(), vec, "t", r.weight(), r.bias(), keep_terms ? "eb_" : "", max_ahead ? "xn" : "",
-                         "          ");
-    } else {
-      s += "          " + (pipelined ? sum_pragma : std::string("#pragma omp simd\n"));
-      s += "          for (int64_t jj_ = 0; jj_ < jn_; ++jj_) {\n";
-      s += "            const int64_t j_ = j0_ + jj_;\n";
-      s += output_value(r.norm(), row, r.weight() ? "gamma" : "", r.bias() ? "beta" : "", "            ");
-      s += "            od_[jj_] = v_;\n";
-      if (pipelined) s += stage_element("xn", "", "", "            ");
-      s += "          }\n";
-    }
+    // (Only softmax's rows, vector loops, come here: the others are re-read or direct.)
+    s += vector_output(r.norm(), vec, "t", r.weight(), r.bias(), keep_terms ? "eb_" : "", max_ahead ? "xn" : "",
+                       "          ");
     // What memory reads next: two chunks ahead on the row being summed in this pass (rows are
     // contiguous, so past its end lies the row after), or the next row's x and residual, which
     // the next staging pass reads. A prefetch never faults, wherever the address points. (One

@@ -311,16 +311,21 @@ std::string vector_weight(const LaneVector& v, bool gamma, bool beta, const std:
   return s;
 }
 
-// One output chunk, od_[0, jn_) = the table's output of (src[j0_ + jj_] - c_) times the
-// optional gamma, plus beta, a vector at a time. With `terms`, the output is finished from the
-// sum pass's terms[j] (output_of_term) instead. With `next`, the vector mx_ also takes the
-// maximum of next[j0_, j0_ + jn_) (the next row's centre, read while this row is written).
+// One row's output, o[0, row_len) = the table's output of (src[j] - c_) times the optional
+// gamma, plus beta, a vector at a time, stored straight out (streaming where whole and
+// aligned, so both stores give the same bits), with `asks` (prefetches, at j_) once per 16
+// floats. With `terms`, the output is finished from the sum pass's terms[j] (output_of_term)
+// instead. With `next`, the vector mx_ also takes the maximum of next[0, row_len) (the next
+// row's centre, read while this row is written).
 std::string vector_output(RowNorm norm, const LaneVector& v, const std::string& src, bool gamma, bool beta,
-                          const std::string& terms, const std::string& next, const std::string& in) {
+                          const std::string& terms, const std::string& next, const std::string& asks,
+                          const std::string& in) {
+  const std::string line = v.lanes == 16 ? "63" : "31";
   std::string s = in + "{\n" + in + "  const " + v.T + " cv_ = " + v.set1 + "(c_), rv_ = " + v.set1 + "(r_);\n";
   s += in + "  (void)cv_;\n";
-  s += in + "  for (int64_t jj_ = 0; jj_ < jn_; jj_ += " + v.L + ") {\n";
-  s += in + "    const int64_t j_ = j0_ + jj_, left_ = jn_ - jj_ < " + v.L + " ? jn_ - jj_ : " + v.L + ";\n";
+  s += in + "  for (int64_t j_ = 0; j_ < row_len; j_ += " + v.L + ") {\n";
+  s += v.lanes == 16 ? asks : in + "    if ((j_ & 15) == 0) {\n" + asks + in + "    }\n";
+  s += in + "    const int64_t left_ = row_len - j_ < " + v.L + " ? row_len - j_ : " + v.L + ";\n";
   s += in + "    " + v.mask() + "\n";
   if (!next.empty()) s += in + "    mx_ = " + v.max(v.masked_load_ninf(next + " + j_"), "mx_") + ";\n";
   if (terms.empty()) {
@@ -331,7 +336,9 @@ std::string vector_output(RowNorm norm, const LaneVector& v, const std::string& 
     s += in + "    " + v.T + " v_ = " + codegen::render_row_norm_output_of_term(v.dialect(), norm, "t_", "rv_") + ";\n";
   }
   s += vector_weight(v, gamma, beta, in + "    ");
-  s += in + "    " + v.masked_store("od_ + jj_", "v_") + "\n";
+  s += in + "    if (nt_out && left_ == " + v.L + " && !((uintptr_t)(o + j_) & " + line + "))\n";
+  s += in + "      " + (v.lanes == 16 ? "_mm512_stream_ps" : "_mm256_stream_ps") + "(o + j_, v_);\n";
+  s += in + "    else\n" + in + "      " + v.masked_store("o + j_", "v_") + "\n";
   return s + in + "  }\n" + in + "}\n";
 }
 
@@ -466,7 +473,6 @@ std::string norm_chain_body(const NormChainRegion& r, bool avx2) {
       buffers_ok += std::string(name) + " && ";
     }
   s += "    if (" + buffers_ok + "r_lo < r_hi) {\n";
-  if (!reread && !direct) s += "    float ob_[FUSOR_OUT_CHUNK] __attribute__((aligned(64)));\n";
   // What the staging pass accumulates: the sum for a mean centre, the table's accumulate
   // of (v - 0) for a zero centre, nothing for a max centre (its sum needs the whole row's
   // maximum first; the vector rows take that maximum ahead instead: max_ahead).
@@ -536,9 +542,8 @@ std::string norm_chain_body(const NormChainRegion& r, bool avx2) {
     s += split_sum("s_", "row_len", "        ",
                    [&](const std::string& idx, int k) { return accumulate_term(r.norm(), row, idx, k); });
   s += "        const float r_ = " + codegen::render_row_norm_factor(d, r.norm(), "s_", "(float)row_len", eps) + ";\n";
-  // The output: re-read rows and rows read in place store it straight out (reread_output,
-  // pipelined_output); softmax's rows in chunks of an L1 buffer, streamed out from there when
-  // nt_out, the same chunks either way, so both give the same bits.
+  // The output, stored straight out: re-read rows (reread_output), rows read in place
+  // (pipelined_output), softmax's rows (vector_output).
   if (pipelined) s += "        e_ = 0.0f;\n";
   if (max_ahead) s += "        " + vec.T + " mx_ = " + vec.set1 + "(-INFINITY);\n";
   if (reread) {
@@ -546,26 +551,17 @@ std::string norm_chain_body(const NormChainRegion& r, bool avx2) {
   } else if (direct) {
     s += pipelined_output(r, vec, "        ");
   } else {
-    s += "        for (int64_t j0_ = 0; j0_ < row_len; j0_ += FUSOR_OUT_CHUNK) {\n";
-    s += "          const int64_t jn_ = row_len - j0_ < FUSOR_OUT_CHUNK ? row_len - j0_ : FUSOR_OUT_CHUNK;\n";
-    s += "          float* restrict od_ = nt_out ? ob_ : o + j0_;\n";
-    // (Only softmax's rows, vector loops, come here: the others are re-read or direct.)
-    s += vector_output(r.norm(), vec, "t", r.weight(), r.bias(), keep_terms ? "eb_" : "", max_ahead ? "xn" : "",
-                       "          ");
-    // What memory reads next: two chunks ahead on the row being summed in this pass (rows are
-    // contiguous, so past its end lies the row after), or the next row's x and residual, which
-    // the next staging pass reads. A prefetch never faults, wherever the address points. (One
-    // chunk ahead left part of the read's latency exposed on Zen 4: layer norm 4096 x 4096,
-    // harness, 0.90-0.95x the time two chunks ahead, 0.92x on one thread.)
-    if (pipelined)
-      s += "          const uintptr_t pa_ = (uintptr_t)(xn + j0_) + 8 * FUSOR_OUT_CHUNK, pb_ = 0;\n";
-    else
-      s +=
-          "          const uintptr_t pa_ = (uintptr_t)(x + rn * row_len + j0_), pb_ = (uintptr_t)(res + rn * row_len + "
-          "j0_);\n";
-    s += "          if (nt_out)\n            fusor_stream_floats(o + j0_, ob_, jn_, pa_, pb_);\n";
-    s += "          else\n            fusor_prefetch_l2(jn_, pa_, pb_);\n";
-    s += "        }\n";
+    // Softmax's rows. What memory reads next, with each 16 floats stored: 8 chunks ahead on the
+    // next row (rows are contiguous, so past its end lies the row after), or the next row's x
+    // and residual, which the next staging pass reads. A prefetch never faults, wherever the
+    // address points. (Until run ax these rows were written to L1 chunks and streamed out from
+    // there: softmax 4096 x 4096 read 0.60 of a streaming copy's bandwidth, now 0.69.)
+    const std::string ask = "            _mm_prefetch((const char*)(";
+    const std::string asks =
+        pipelined ? ask + "xn + j_ + 8 * FUSOR_OUT_CHUNK), _MM_HINT_T1);\n"
+                  : ask + "x + rn * row_len + j_), _MM_HINT_T1);\n" + ask + "res + rn * row_len + j_), _MM_HINT_T1);\n";
+    s += vector_output(r.norm(), vec, "t", r.weight(), r.bias(), keep_terms ? "eb_" : "", max_ahead ? "xn" : "", asks,
+                       "        ");
   }
   if (max_ahead) s += vec.reduce_max("e_", "mx_", "        ");
   s += "      }\n    }\n";

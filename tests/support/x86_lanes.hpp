@@ -401,6 +401,26 @@ inline void expect_masked_values_never_leak(std::string_view name) {
   }
 }
 
+// K's packed f32 panels written with streaming stores (kstream = 1, the default) and with plain
+// ones: the emitted packing says which, and both match the reference where the panels hold
+// whole 32-key runs and ragged ones (Nk), ragged features (D past the transposes), several
+// threads' panels (GQA heads) and K transposed (never streamed).
+inline void expect_k_panels_streamed_or_not(std::string_view name, std::string_view store) {
+  for (const char* text : {"attention { scale = 0.125; causal = true }", "attention { scale = 0.2 }",
+                           "attention { scale = 0.2; k_transposed = true }"}) {
+    const Region region = region_of(text);
+    const bool transposed = std::string_view(text).find("k_transposed") != std::string_view::npos;
+    for (const char* kstream : {"0", "1"}) {
+      const std::map<std::string, std::string> knobs{{"kstream", kstream}};
+      const bool streamed = emitted_source(name, region, knobs).find(store) != std::string::npos;
+      EXPECT_EQ(streamed, kstream[0] == '1' && !transposed) << name << " " << text << " kstream=" << kstream;
+      for (const ProblemShape& dims : {attention_dims(2, 4, 2, 40, 100, 64), attention_dims(1, 3, 3, 64, 64, 37),
+                                       attention_dims(1, 8, 8, 96, 300, 128)})
+        expect_matches_reference_on(name, region, dims, 57, 0.5, knobs);
+    }
+  }
+}
+
 // Attention calls with at most `fq` (default 8) query rows per head take lane `name`'s
 // few-query path: the rows of every query head sharing a KV head together (GQA), K and V read
 // in place, the keys split across threads when the items are few and the splits' softmax

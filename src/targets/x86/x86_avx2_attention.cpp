@@ -66,7 +66,7 @@ std::string avx2_transpose8_source() {
 
 // K's whole f32 32-key panels, 8 keys x 8 features at a time through fusor_transpose8 (kh,
 // n0, dst and c0 as in attention_body's packing loop; c0 ends past the features it packed).
-std::string avx2_attention_pack_k_f32() {
+std::string avx2_attention_pack_k_f32(bool stream) {
   return "      if (w == 32)\n"
          "        for (; c0 + 8 <= D; c0 += 8)\n"
          "          for (int64_t jh = 0; jh < 32; jh += 8) {\n"
@@ -75,7 +75,9 @@ std::string avx2_attention_pack_k_f32() {
          "            for (int r = 0; r < 8; ++r) t_[r] = _mm256_loadu_ps(kh + (n0 + jh + r) * D + c0);\n"
          "            fusor_transpose8(t_);\n"
          "            #pragma GCC unroll 8\n"
-         "            for (int c = 0; c < 8; ++c) _mm256_storeu_ps(dst + (c0 + c) * 32 + jh, t_[c]);\n"
+         "            for (int c = 0; c < 8; ++c) _mm256_" +
+         std::string(stream ? "stream" : "storeu") +
+         "_ps(dst + (c0 + c) * 32 + jh, t_[c]);\n"
          "          }\n";
 }
 

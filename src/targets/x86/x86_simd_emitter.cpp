@@ -76,7 +76,7 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
         {"srows", &simd::Tuning::srows, 0, 64, On::vector},     {"fq", &simd::Tuning::fq, 0, 64, On::any},
         {"steal", &simd::Tuning::steal, 0, 1, On::vector},      {"lag", &simd::Tuning::lag, 0, 1000000, On::vector},
         {"crows", &simd::Tuning::crows, 0, 64, On::vector},     {"llc", &simd::Tuning::llc, 0, 1 << 30, On::vector},
-        {"ksplit", &simd::Tuning::ksplit, 0, 1, On::vector},
+        {"ksplit", &simd::Tuning::ksplit, 0, 1, On::vector},    {"kstream", &simd::Tuning::kstream, 0, 1, On::vector},
     };
     const Knob* knob = nullptr;
     std::string names;

@@ -465,7 +465,8 @@ std::string transpose16_source() {
 }
 
 std::string transpose16_slab(const std::string& row_at, const std::string& rows, const std::vector<Op>& prologue,
-                             const std::string& column_at, const std::string& mask, const std::string& indent) {
+                             const std::string& column_at, const std::string& mask, const std::string& indent,
+                             bool stream) {
   const std::string& I = indent;
   std::string s = I + "__m512 t_[16];\n" + I + "#pragma GCC unroll 16\n";
   s += I + "for (int r = 0; r < 16; ++r)\n";
@@ -477,7 +478,8 @@ std::string transpose16_slab(const std::string& row_at, const std::string& rows,
   }
   s += I + "fusor_transpose16(t_);\n" + I + "#pragma GCC unroll 16\n";
   s += I + "for (int c = 0; c < 16; ++c)\n";
-  s += I + "  _mm512_mask_storeu_ps(" + column_at + ", " + mask + ", t_[c]);\n";
+  s += I + (stream ? "  _mm512_stream_ps(" + column_at + ", t_[c]);\n"
+                   : "  _mm512_mask_storeu_ps(" + column_at + ", " + mask + ", t_[c]);\n");
   return s;
 }
 

@@ -41,6 +41,7 @@
 #include <nlohmann/json.hpp>
 
 #include "codegen/abi.hpp"
+#include "cross_core.hpp"
 #include "fma_peak.hpp"
 #include "fusor/operand_gen.hpp"
 #include "fusor/oracle.hpp"
@@ -176,6 +177,7 @@ Kernel make_kernel(const Region& region, const std::vector<Tensor>& operands, co
 struct Timings {
   std::vector<double> median;               // per contender
   std::vector<std::vector<double>> samples; // per contender, one per round
+  std::vector<double> cross_core_ns;        // per round, measured before it (cross_core.hpp)
 };
 
 Timings time_interleaved(const std::vector<std::function<void()>>& fns, double min_ms) {
@@ -191,6 +193,7 @@ Timings time_interleaved(const std::vector<std::function<void()>>& fns, double m
   t.samples.resize(fns.size());
   const auto start = Clock::now();
   for (int rep = 0; rep < 200; ++rep) {
+    t.cross_core_ns.push_back(cross_core_round_trip_ns());
     for (size_t i = 0; i < fns.size(); ++i) {
       const auto t0 = Clock::now();
       for (int b = 0; b < batch; ++b) fns[i]();
@@ -204,6 +207,29 @@ Timings time_interleaved(const std::vector<std::function<void()>>& fns, double m
     t.median.push_back(v[v.size() / 2]);
   }
   return t;
+}
+
+// Rounds whose threads sat far apart: a cache line's round trip more than twice the case's
+// fastest (near ~60 ns, far ~290 ns on the development VM). Empty where it was not measured.
+std::vector<bool> far_rounds(const std::vector<double>& cross_core_ns) {
+  double lowest = INFINITY;
+  for (double ns : cross_core_ns) lowest = std::min(lowest, ns);
+  std::vector<bool> far;
+  if (!std::isfinite(lowest)) return far;
+  for (double ns : cross_core_ns) far.push_back(ns > 2 * lowest);
+  return far;
+}
+
+// The median of a peer's time over fusor's over the rounds whose placement is `far` (NaN
+// with fewer than three such rounds).
+double ratio_by_placement(const std::vector<double>& peer, const std::vector<double>& fusor,
+                          const std::vector<bool>& far, bool want_far) {
+  std::vector<double> ratios;
+  for (size_t i = 0; i < peer.size() && i < fusor.size() && i < far.size(); ++i)
+    if (far[i] == want_far) ratios.push_back(peer[i] / fusor[i]);
+  if (ratios.size() < 3) return NAN;
+  std::sort(ratios.begin(), ratios.end());
+  return ratios[ratios.size() / 2];
 }
 
 // The quartiles of a peer's time over fusor's, round by round (> 1: fusor is faster).
@@ -240,6 +266,7 @@ struct Result {
   std::map<std::string, double> peer_ms;
   std::vector<double> fusor_rounds;                       // fusor's time in each round
   std::map<std::string, std::vector<double>> peer_rounds; // each peer's, the same rounds
+  std::vector<double> cross_core_ns;                      // the threads' placement, each round
   double work = 0;                                        // FLOPs or bytes
   bool bandwidth = false;
   double err = 0;
@@ -307,6 +334,7 @@ struct EpiloguePass {
 void record_times(Result& r, const Timings& t, const std::vector<std::string>& names) {
   r.fusor_ms = t.median[0];
   r.fusor_rounds = t.samples[0];
+  r.cross_core_ns = t.cross_core_ns;
   for (size_t i = 0; i < names.size(); ++i) {
     if (names[i] != base_lane()) {
       r.peer_ms[names[i]] = t.median[i + 1];
@@ -679,6 +707,17 @@ json to_json(const Result& r, double copy_bytes, std::optional<double> peak) {
     }
   }
   if (!r.fusor_rounds.empty()) j["rounds"] = r.fusor_rounds.size();
+  // The threads' placement over the rounds, and each peer's ratio within each placement.
+  if (const auto far = far_rounds(r.cross_core_ns); !far.empty()) {
+    std::vector<double> ns = r.cross_core_ns;
+    std::sort(ns.begin(), ns.end());
+    j["cross_core_ns"] = ns[ns.size() / 2];
+    j["far_rounds"] = std::count(far.begin(), far.end(), true);
+    for (const auto& [peer, rounds] : r.peer_rounds)
+      for (const bool want_far : {false, true})
+        if (const double ratio = ratio_by_placement(rounds, r.fusor_rounds, far, want_far); std::isfinite(ratio))
+          j[peer + (want_far ? "_ratio_far" : "_ratio_near")] = ratio;
+  }
   if (r.bandwidth) {
     j["gbps"] = r.work / r.fusor_ms / 1e6;
     if (r.peer_ms.count("copy")) {
@@ -725,6 +764,11 @@ void print_human(const json& j) {
     }
   if (j.contains("fraction_of_copy_bw"))
     std::printf(" | %.2f of copy bandwidth", j["fraction_of_copy_bw"].get<double>());
+  if (j.contains("cross_core_ns")) {
+    std::printf(" | cores %.0f ns", j["cross_core_ns"].get<double>());
+    if (const auto far = j["far_rounds"].get<long>(); far > 0)
+      std::printf(", far %ld of %ld rounds", far, j["rounds"].get<long>());
+  }
   std::printf(" | err %.2g", j["max_abs_err"].get<double>());
   const char* sep = " (";
   for (const char* peer : {"onednn", "openblas"}) {
@@ -774,7 +818,9 @@ json machine(std::optional<double> peak, const std::optional<TileRate>& tiles) {
   }
   m["timing"] = "warm-up 2 calls each, then the median of interleaved repetitions (>= 7, ~1.5 s per case; calls under "
                 "0.1 ms timed in batches, the time per call); each peer's ratio also as the quartiles of the rounds' "
-                "ratios (<peer>_ratio_q1 / _q3)";
+                "ratios (<peer>_ratio_q1 / _q3); before each round a cache line's round trip between threads 0 and 1 "
+                "(cross_core_ns, the median): rounds over twice the case's fastest are far (far_rounds), and each "
+                "peer's median ratio within near and far rounds (<peer>_ratio_near / _far, three rounds or more)";
   return m;
 }
 

@@ -2,12 +2,14 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <regex>
 #include <sstream>
 #include <string>
 #include <sys/wait.h>
+#include <thread>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
@@ -495,6 +497,21 @@ TEST_F(CliLanes, BenchPrintsOneJsonObjectPerCase) {
       EXPECT_NEAR(j.at(peer + "_ratio_at_peak").get<double>(), ratio / fraction, 1e-6 * ratio / fraction) << peer;
     }
     EXPECT_GE(peers, 1) << "a build with the bench has oneDNN or OpenBLAS: " << line;
+    // The threads' placement, round by round (bench/cross_core.hpp), wherever two threads run.
+    if (std::thread::hardware_concurrency() >= 2 && !std::getenv("OMP_NUM_THREADS")) {
+      EXPECT_TRUE(j.contains("cross_core_ns")) << line;
+    }
+    if (j.contains("cross_core_ns")) {
+      EXPECT_GT(j.at("cross_core_ns").get<double>(), 0.0);
+      const long far = j.at("far_rounds").get<long>();
+      EXPECT_GE(far, 0);
+      EXPECT_LE(far, j.at("rounds").get<long>());
+      for (const auto& [key, value] : j.items()) {
+        if (key.find("_ratio_near") != std::string::npos || key.find("_ratio_far") != std::string::npos) {
+          EXPECT_GT(value.get<double>(), 0.0) << key;
+        }
+      }
+    }
     // GEMM cases run the AMX and AVX-512 lanes where AMX runs here (without AVX-512: x86_avx2
     // and x86_c); fusor's time is the faster's.
     EXPECT_EQ(j.contains("x86_amx_ms"), side_lane == "x86_amx");

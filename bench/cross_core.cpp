@@ -1,0 +1,52 @@
+#include "cross_core.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <vector>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace fusor::bench {
+
+double cross_core_round_trip_ns() {
+#ifdef _OPENMP
+  if (omp_get_max_threads() < 2) return NAN;
+  // Thread 0 writes odd values, thread 1 even ones, each waiting for the other's: one round
+  // trip per two writes. A few bursts of 500, their median: a burst the host preempts is
+  // slow alone.
+  constexpr long kTrips = 500;
+  constexpr int kBursts = 5;
+  alignas(64) static std::atomic<long> flag;
+  std::vector<double> ns;
+  for (int b = 0; b < kBursts; ++b) {
+    flag.store(0);
+    double elapsed = 0;
+#pragma omp parallel num_threads(2)
+    {
+      const long me = omp_get_thread_num();
+      // (A team of one, where the runtime gives fewer threads, must not wait for a partner.)
+      const bool pair = omp_get_num_threads() == 2;
+#pragma omp barrier
+      const auto t0 = std::chrono::steady_clock::now();
+      for (long i = 0; pair && i < kTrips; ++i) {
+        while (flag.load(std::memory_order_acquire) != 2 * i + me) {
+        }
+        flag.store(2 * i + me + 1, std::memory_order_release);
+      }
+      if (me == 0)
+        elapsed = pair ? std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() : NAN;
+    }
+    ns.push_back(elapsed / kTrips);
+  }
+  std::sort(ns.begin(), ns.end());
+  return ns[ns.size() / 2];
+#else
+  return NAN;
+#endif
+}
+
+} // namespace fusor::bench

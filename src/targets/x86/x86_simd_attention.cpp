@@ -111,14 +111,16 @@ bool attention_reads_q_in_place(const AttentionRegion& r, const StorageLoad& ld,
   return tuning.avx2 && ld.dtype == DType::f32 && !r.q_transposed();
 }
 
-// Whether K's packed f32 panels are written with streaming stores. Every item reads panels of
-// any head, so after a call both cores' caches hold the panels shared, and the next call's
-// plain stores had to take each line back from the other core first: on Zen 4 the packing then
-// took 0.3-0.5 ms of a 3 ms causal S = 512 D = 128 call (rdtsc per phase), against 0.04 ms
-// packing alone, and 0.09 ms with streaming stores, which claim no line (the call 0.92-0.99x
-// the time; nothing reads the panels after the call, and the items find them in memory).
-bool streams_k_panels(const AttentionRegion& r, const StorageLoad& ld, const Tuning& tuning) {
-  return tuning.kstream && !tuning.amx && ld.dtype == DType::f32 && !r.k_transposed();
+// Whether K's packed panels (and the zmm lane's widened 16-bit V) are written with streaming
+// stores. Every item reads panels of any head, so after a call both cores' caches hold them
+// shared, and the next call's plain stores had to take each line back from the other core
+// first. On Zen 4 with the two threads in different core complexes (a line's round trip ~300
+// ns) the packing took 0.52 ms of a 3.4 ms causal S = 512 D = 128 call (rdtsc per phase),
+// against 0.04 ms packing alone. Streaming stores claim no line: the call took 0.89x the time
+// there, 1.00x with the threads near (~60 ns); nothing reads the panels after the call, and
+// the items find them in memory.
+bool streams_k_panels(const AttentionRegion& r, const Tuning& tuning) {
+  return tuning.kstream && !tuning.amx && !r.k_transposed();
 }
 
 } // namespace
@@ -216,7 +218,7 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   s += "  " + omp_parallel("nbh * M * Nk * (D + Dv)") + "\n  {\n";
   if (amx) s += "    fusor_amx_config();\n";
   // K of every KV head, packed once: [head][key panel][D][32], keys past Nk zero.
-  const bool kstream = streams_k_panels(r, ld, tuning);
+  const bool kstream = streams_k_panels(r, tuning) && (f32 || !avx2);
   s += std::string("    #pragma omp for schedule(static)") + (kstream ? " nowait" : "") + "\n";
   s += "    for (int64_t hb = 0; hb < nkv * nkb; ++hb) {\n";
   s += "      const int64_t head = hb / nkb, n0 = (hb % nkb) * 32;\n";
@@ -230,16 +232,17 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
     s += "        for (int64_t j = 0; j < w; ++j) dst[c * 32 + j] = " + ld.load("kh", "c * Nk + n0 + j") + ";\n";
     s += "        for (int64_t j = w; j < 32; ++j) dst[c * 32 + j] = 0.0f;\n      }\n";
   } else {
-    // f32 panels of 32 keys go 16 keys x 16 features at a time through the register transpose.
+    // Panels of 32 keys go 16 keys x 16 features at a time through the register transpose (the
+    // zmm lane's 16-bit storage widened as it is loaded).
     s += "      float* restrict dst = kp + hb * D * 32;\n";
     s += "      int64_t c0 = 0;\n";
     if (f32 && avx2) {
       s += avx2_attention_pack_k_f32(kstream);
-    } else if (f32) {
+    } else if (!avx2) {
       s += "      if (w == 32)\n        for (; c0 + 16 <= D; c0 += 16)\n          for (int64_t jh = 0; jh < 32; jh += "
            "16) {\n";
       s += transpose16_slab("kh + (n0 + jh + r) * D + c0", "16", {}, "dst + (c0 + c) * 32 + jh", "(__mmask16)0xFFFF",
-                            "            ", kstream);
+                            "            ", kstream, &ld);
       s += "          }\n";
     }
     s += "      for (int64_t j = 0; j < w; ++j)\n";
@@ -261,7 +264,14 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   } else if (avx2) {
     s += avx2_attention_pack_v(ld);
   } else if (!f32) {
-    s += v_to_f32;
+    // 16-bit V widened 16 at a time; streamed, as K's panels, for the same reason.
+    s += "    #pragma omp for schedule(static) nowait\n";
+    s += "    for (int64_t e = 0; e < nkv * Nk * Dv; e += 16) {\n";
+    s += "      const int64_t left = nkv * Nk * Dv - e;\n";
+    s += "      if (left >= 16)\n        _mm512_stream_ps(vf + e, " + ld.load16("(__mmask16)0xFFFF", "V + e") + ");\n";
+    s += "      else\n        _mm512_mask_storeu_ps(vf + e, (__mmask16)((1u << left) - 1u), " +
+         ld.load16("(__mmask16)((1u << left) - 1u)", "V + e") + ");\n    }\n";
+    s += "    _mm_sfence();\n    #pragma omp barrier\n";
   }
   if (!avx2) s += "    const float* restrict vall = " + std::string(f32 ? "V" : "vf") + ";\n";
   // Per thread: QS packed query blocks [QS][D][MR], their output rows [QS * MRP][Dv] and
@@ -334,11 +344,11 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
     if (q_in_place) s += "        if (i0 + FUSOR_MR <= M) continue; /* read where it lies */\n";
     s += "        float* restrict dst = qp + sb * D * FUSOR_MR;\n";
     s += "        int64_t c0 = 0;\n";
-    // Whole f32 query blocks go 16 features at a time through the register transpose.
-    if (f32 && !r.q_transposed() && !avx2) {
+    // Whole query blocks go 16 features at a time through the register transpose.
+    if (!r.q_transposed() && !avx2) {
       s += "        if (i0 + FUSOR_MR <= M)\n          for (; c0 + 16 <= D; c0 += 16) {\n";
       s += transpose16_slab("qh + (i0 + r) * D + c0", "FUSOR_MR", {}, "dst + (c0 + c) * FUSOR_MR",
-                            "(__mmask16)((1u << FUSOR_MR) - 1u)", "            ");
+                            "(__mmask16)((1u << FUSOR_MR) - 1u)", "            ", false, &ld);
       s += "          }\n";
     }
     s += "        for (int64_t rr = 0; rr < FUSOR_MR; ++rr) {\n";

@@ -91,8 +91,8 @@ struct Tuning {
   // 0.70x the time, with 8 query heads per KV head 0.60 / 0.92 / 0.99x; at Nk = 256 M = 8 the
   // same, M = 32 1.3x.
   int fq = 8;
-  // Attention on the zmm and ymm tiles: K's packed f32 panels are written with streaming stores
-  // (kstream_k_panels says why; 0: plain stores).
+  // Attention on the zmm and ymm tiles: K's packed panels are written with streaming stores
+  // (streams_k_panels says why; 0: plain stores).
   int kstream = 1;
   // GEMM-rooted kinds on the zmm and ymm tiles (no row reduction): threads out of items take
   // panels of others' last K blocks (steal_items in x86_simd_gemm.cpp; 0: the static split).
@@ -162,10 +162,11 @@ std::string transpose16_source();
 // Statements packing a 16 x 16 slab through the register transpose: rows r < `rows` (<= 16) are
 // the 16 floats at `row_at` (an expression in r; rows past are zero), each mapped through
 // `prologue` over __m512, and column c (an expression in c) is stored to `column_at` under `mask`
-// (`stream`: whole, 64-byte aligned columns stored past the caches instead).
+// (`stream`: whole, 64-byte aligned columns stored past the caches instead). With `storage`, rows
+// are 16 elements of its type (f16, bf16) widened to f32.
 std::string transpose16_slab(const std::string& row_at, const std::string& rows, const std::vector<Op>& prologue,
                              const std::string& column_at, const std::string& mask, const std::string& indent,
-                             bool stream = false);
+                             bool stream = false, const StorageLoad* storage = nullptr);
 
 // Statements normalising a row with the op table's four steps, vectorised: reads src[0..n),
 // writes dst[0..n) (they may alias), then optional per-feature `* gamma[j]` / `+ beta[j]`.

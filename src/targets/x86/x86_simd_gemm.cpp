@@ -466,11 +466,13 @@ std::string transpose16_source() {
 
 std::string transpose16_slab(const std::string& row_at, const std::string& rows, const std::vector<Op>& prologue,
                              const std::string& column_at, const std::string& mask, const std::string& indent,
-                             bool stream) {
+                             bool stream, const StorageLoad* storage) {
   const std::string& I = indent;
+  const std::string load = storage && storage->dtype != DType::f32 ? storage->load16("(__mmask16)0xFFFF", row_at)
+                                                                   : "_mm512_loadu_ps(" + row_at + ")";
   std::string s = I + "__m512 t_[16];\n" + I + "#pragma GCC unroll 16\n";
   s += I + "for (int r = 0; r < 16; ++r)\n";
-  s += I + "  t_[r] = r < " + rows + " ? _mm512_loadu_ps(" + row_at + ") : _mm512_setzero_ps();\n";
+  s += I + "  t_[r] = r < " + rows + " ? " + load + " : _mm512_setzero_ps();\n";
   if (!prologue.empty()) {
     s += I + "for (int r = 0; r < " + rows + "; ++r) {\n" + I + "  __m512 v = t_[r];\n";
     s += codegen::render_unary_chain(codegen::c99_avx512_dialect(), prologue, "v", "", I + "  ");

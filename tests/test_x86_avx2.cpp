@@ -348,7 +348,7 @@ TEST(X86Avx2, AttentionSpecialScores) {
 // testing::expect_k_panels_streamed_or_not says what it covers.
 TEST(X86Avx2, AttentionKPanelsStreamedOrNot) {
   REQUIRE_AVX2();
-  testing::expect_k_panels_streamed_or_not("x86_avx2", "_mm256_stream_ps(dst", false);
+  testing::expect_k_panels_streamed_or_not("x86_avx2", "_mm256_stream_ps(dst");
 }
 
 // testing::expect_masked_values_never_leak says what it covers.

@@ -27,18 +27,23 @@ std::string avx2_attention_v_source(bool f32) {
   return s;
 }
 
-std::string avx2_attention_pack_v(const StorageLoad& ld) {
+std::string avx2_attention_pack_v(const StorageLoad& ld, bool stream) {
   std::string s;
   s += "    if (!vin) {\n";
-  s += "    #pragma omp for schedule(static)\n";
+  s += std::string("    #pragma omp for schedule(static)") + (stream ? " nowait" : "") + "\n";
   s += "    for (int64_t hp = 0; hp < nkv * ndp; ++hp) {\n";
   s += "      const int64_t head = hp / ndp, c0 = (hp % ndp) * 32, w = Dv - c0 < 32 ? Dv - c0 : 32;\n";
   s += "      float* restrict dst = vp + hp * Nk * 32;\n";
-  s += "      for (int64_t j = 0; j < Nk; ++j) {\n";
-  s += "        for (int64_t c = 0; c < w; ++c) dst[j * 32 + c] = " + ld.load("V", "(head * Nk + j) * Dv + c0 + c") +
-       ";\n";
-  s += "        for (int64_t c = w; c < 32; ++c) dst[j * 32 + c] = 0.0f;\n      }\n    }\n    }\n";
-  return s;
+  s += "      for (int64_t j = 0; j < Nk; ++j) {\n        int64_t c = 0;\n";
+  // Whole panels 8 columns at a time (16-bit storage widened as it loads), streamed as K's
+  // panels are (streams_k_panels says why).
+  if (stream)
+    s += "        if (w == 32)\n          for (; c < 32; c += 8)\n            _mm256_stream_ps(dst + j * 32 + c, " +
+         ld.load8("V + (head * Nk + j) * Dv + c0 + c") + ");\n";
+  s += "        for (; c < w; ++c) dst[j * 32 + c] = " + ld.load("V", "(head * Nk + j) * Dv + c0 + c") + ";\n";
+  s += "        for (; c < 32; ++c) dst[j * 32 + c] = 0.0f;\n      }\n    }\n";
+  if (stream) s += "    _mm_sfence();\n    #pragma omp barrier\n";
+  return s + "    }\n";
 }
 
 // `fusor_transpose8(__m256 r[8])`: an 8 x 8 transpose in registers (r[c] ends holding column
@@ -64,15 +69,18 @@ std::string avx2_transpose8_source() {
 )";
 }
 
-// K's whole f32 32-key panels, 8 keys x 8 features at a time through fusor_transpose8 (kh,
-// n0, dst and c0 as in attention_body's packing loop; c0 ends past the features it packed).
-std::string avx2_attention_pack_k_f32(bool stream) {
+// K's whole 32-key panels, 8 keys x 8 features at a time through fusor_transpose8 (16-bit
+// storage widened as it loads; kh, n0, dst and c0 as in attention_body's packing loop; c0 ends
+// past the features it packed).
+std::string avx2_attention_pack_k(const StorageLoad& ld, bool stream) {
   return "      if (w == 32)\n"
          "        for (; c0 + 8 <= D; c0 += 8)\n"
          "          for (int64_t jh = 0; jh < 32; jh += 8) {\n"
          "            __m256 t_[8];\n"
          "            #pragma GCC unroll 8\n"
-         "            for (int r = 0; r < 8; ++r) t_[r] = _mm256_loadu_ps(kh + (n0 + jh + r) * D + c0);\n"
+         "            for (int r = 0; r < 8; ++r) t_[r] = " +
+         ld.load8("kh + (n0 + jh + r) * D + c0") +
+         ";\n"
          "            fusor_transpose8(t_);\n"
          "            #pragma GCC unroll 8\n"
          "            for (int c = 0; c < 8; ++c) _mm256_" +

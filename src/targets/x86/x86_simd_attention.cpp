@@ -131,7 +131,7 @@ std::string attention_pv_source(const AttentionRegion& r, const StorageLoad& ld,
   if (!tuning.avx2) return s + kPv + half_micro_kernel_source(tuning.mr);
   // (The AVX2 lane's P·V is its GEMM micro-kernel reading P's rows in place.)
   s += avx2_rows_kernel_source(tuning.mr);
-  if (ld.dtype == DType::f32 && !r.k_transposed()) s += avx2_transpose8_source();
+  if (!r.k_transposed()) s += avx2_transpose8_source();
   if (attention_reads_q_in_place(r, ld, tuning)) s += avx2_direct_ukr(tuning.mr, "fusor_ukr_q", true);
   return s;
 }
@@ -218,7 +218,7 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   s += "  " + omp_parallel("nbh * M * Nk * (D + Dv)") + "\n  {\n";
   if (amx) s += "    fusor_amx_config();\n";
   // K of every KV head, packed once: [head][key panel][D][32], keys past Nk zero.
-  const bool kstream = streams_k_panels(r, tuning) && (f32 || !avx2);
+  const bool kstream = streams_k_panels(r, tuning);
   s += std::string("    #pragma omp for schedule(static)") + (kstream ? " nowait" : "") + "\n";
   s += "    for (int64_t hb = 0; hb < nkv * nkb; ++hb) {\n";
   s += "      const int64_t head = hb / nkb, n0 = (hb % nkb) * 32;\n";
@@ -232,13 +232,13 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
     s += "        for (int64_t j = 0; j < w; ++j) dst[c * 32 + j] = " + ld.load("kh", "c * Nk + n0 + j") + ";\n";
     s += "        for (int64_t j = w; j < 32; ++j) dst[c * 32 + j] = 0.0f;\n      }\n";
   } else {
-    // Panels of 32 keys go 16 keys x 16 features at a time through the register transpose (the
-    // zmm lane's 16-bit storage widened as it is loaded).
+    // Panels of 32 keys go 16 keys x 16 features (AVX2: 8 x 8) at a time through the register
+    // transpose, 16-bit storage widened as it is loaded.
     s += "      float* restrict dst = kp + hb * D * 32;\n";
     s += "      int64_t c0 = 0;\n";
-    if (f32 && avx2) {
-      s += avx2_attention_pack_k_f32(kstream);
-    } else if (!avx2) {
+    if (avx2) {
+      s += avx2_attention_pack_k(ld, kstream);
+    } else {
       s += "      if (w == 32)\n        for (; c0 + 16 <= D; c0 += 16)\n          for (int64_t jh = 0; jh < 32; jh += "
            "16) {\n";
       s += transpose16_slab("kh + (n0 + jh + r) * D + c0", "16", {}, "dst + (c0 + c) * 32 + jh", "(__mmask16)0xFFFF",
@@ -262,7 +262,7 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
       s += "    int vany = 0;\n    for (int64_t hp = 0; hp < nkv * ndp; ++hp) vany |= vfl[hp];\n    if (vany) {\n" +
            v_to_f32 + "    }\n";
   } else if (avx2) {
-    s += avx2_attention_pack_v(ld);
+    s += avx2_attention_pack_v(ld, kstream);
   } else if (!f32) {
     // 16-bit V widened 16 at a time; streamed, as K's panels, for the same reason.
     s += "    #pragma omp for schedule(static) nowait\n";

@@ -331,13 +331,13 @@ std::string online_softmax_rescale(const std::string& exp_dm, const std::string&
 std::string rescale_factor(const std::string& from, const std::string& to, const std::string& exp_diff);
 // The x86_avx2 lane's attention pieces (x86_avx2_attention.cpp), in attention_body's loops:
 // where P·V reads V (in place, or packed: FUSOR_VPANEL(head, panel), rows ldv apart),
-// packing V of every KV head into 32-column panels, an 8 x 8 register transpose and the f32 K
+// packing V of every KV head into 32-column panels, an 8 x 8 register transpose and the K
 // panels packed through it, one row's online-softmax step, and the block's P·V through
 // fusor_ukr.
 std::string avx2_attention_v_source(bool f32);
-std::string avx2_attention_pack_v(const StorageLoad& ld);
+std::string avx2_attention_pack_v(const StorageLoad& ld, bool stream);
 std::string avx2_transpose8_source();
-std::string avx2_attention_pack_k_f32(bool stream);
+std::string avx2_attention_pack_k(const StorageLoad& ld, bool stream);
 std::string avx2_attention_softmax_row();
 std::string avx2_attention_pv(bool causal);
 std::string norm_chain_body(const NormChainRegion& region, bool avx2);

@@ -42,7 +42,7 @@ std::string avx2_attention_pack_v(const StorageLoad& ld, bool stream) {
          ld.load8("V + (head * Nk + j) * Dv + c0 + c") + ");\n";
   s += "        for (; c < w; ++c) dst[j * 32 + c] = " + ld.load("V", "(head * Nk + j) * Dv + c0 + c") + ";\n";
   s += "        for (; c < 32; ++c) dst[j * 32 + c] = 0.0f;\n      }\n    }\n";
-  if (stream) s += "    _mm_sfence();\n    #pragma omp barrier\n";
+  if (stream) s += fenced_barrier();
   return s + "    }\n";
 }
 

@@ -125,6 +125,8 @@ bool streams_k_panels(const AttentionRegion& r, const Tuning& tuning) {
 
 } // namespace
 
+std::string fenced_barrier() { return "    _mm_sfence();\n    #pragma omp barrier\n"; }
+
 std::string attention_pv_source(const AttentionRegion& r, const StorageLoad& ld, const Tuning& tuning) {
   std::string s = "#define FUSOR_NB " + std::to_string(tuning.nb) + "\n";
   if (tuning.amx) return s + kPv + amx_attention_step_source();
@@ -250,8 +252,7 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
     s += "      for (int64_t c = c0; c < D; ++c)\n        for (int64_t j = w; j < 32; ++j) dst[c * 32 + j] = 0.0f;\n";
   }
   s += "    }\n";
-  // (Streaming stores are weakly ordered: each thread fences its own before the barrier.)
-  if (kstream) s += "    _mm_sfence();\n    #pragma omp barrier\n";
+  if (kstream) s += fenced_barrier();
   const std::string v_to_f32 = "    #pragma omp for schedule(static)\n"
                                "    for (int64_t e = 0; e < nkv * Nk * Dv; ++e) vf[e] = " +
                                ld.load("V", "e") + ";\n";
@@ -271,7 +272,7 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
     s += "      if (left >= 16)\n        _mm512_stream_ps(vf + e, " + ld.load16("(__mmask16)0xFFFF", "V + e") + ");\n";
     s += "      else\n        _mm512_mask_storeu_ps(vf + e, (__mmask16)((1u << left) - 1u), " +
          ld.load16("(__mmask16)((1u << left) - 1u)", "V + e") + ");\n    }\n";
-    s += "    _mm_sfence();\n    #pragma omp barrier\n";
+    s += fenced_barrier();
   }
   if (!avx2) s += "    const float* restrict vall = " + std::string(f32 ? "V" : "vf") + ";\n";
   // Per thread: QS packed query blocks [QS][D][MR], their output rows [QS * MRP][Dv] and

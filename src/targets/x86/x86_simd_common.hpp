@@ -335,6 +335,9 @@ std::string rescale_factor(const std::string& from, const std::string& to, const
 // panels packed through it, one row's online-softmax step, and the block's P·V through
 // fusor_ukr.
 std::string avx2_attention_v_source(bool f32);
+// The barrier after a parallel loop of streaming stores, which are weakly ordered: each thread
+// fences its own before the others may read them (x86_simd_attention.cpp).
+std::string fenced_barrier();
 std::string avx2_attention_pack_v(const StorageLoad& ld, bool stream);
 std::string avx2_transpose8_source();
 std::string avx2_attention_pack_k(const StorageLoad& ld, bool stream);

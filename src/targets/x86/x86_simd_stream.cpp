@@ -311,6 +311,21 @@ std::string vector_weight(const LaneVector& v, bool gamma, bool beta, const std:
   return s;
 }
 
+// Storing v_ at o + j_: streaming where the call streams (nt_out) and the vector is whole and
+// aligned, else a plain store; both give the same bits. `whole`: the vector is known whole
+// (no left_ to test, the fallback unmasked).
+std::string output_store(const LaneVector& v, const std::string& in, bool whole) {
+  const std::string line = v.lanes == 16 ? "63" : "31";
+  std::string s =
+      in + "if (nt_out && " + (whole ? "" : "left_ == " + v.L + " && ") + "!((uintptr_t)(o + j_) & " + line + "))\n";
+  s += in + "  " + (v.lanes == 16 ? "_mm512_stream_ps" : "_mm256_stream_ps") + "(o + j_, v_);\n";
+  s += in + "else\n" + in + "  " +
+       (whole ? std::string(v.lanes == 16 ? "_mm512_storeu_ps" : "_mm256_storeu_ps") + "(o + j_, v_);"
+              : v.masked_store("o + j_", "v_")) +
+       "\n";
+  return s;
+}
+
 // One row's output, o[0, row_len) = the table's output of (src[j] - c_) times the optional
 // gamma, plus beta, a vector at a time, stored straight out (streaming where whole and
 // aligned, so both stores give the same bits), with `asks` (prefetches, at j_) once per 16
@@ -320,7 +335,6 @@ std::string vector_weight(const LaneVector& v, bool gamma, bool beta, const std:
 std::string vector_output(RowNorm norm, const LaneVector& v, const std::string& src, bool gamma, bool beta,
                           const std::string& terms, const std::string& next, const std::string& asks,
                           const std::string& in) {
-  const std::string line = v.lanes == 16 ? "63" : "31";
   std::string s = in + "{\n" + in + "  const " + v.T + " cv_ = " + v.set1 + "(c_), rv_ = " + v.set1 + "(r_);\n";
   s += in + "  (void)cv_;\n";
   s += in + "  for (int64_t j_ = 0; j_ < row_len; j_ += " + v.L + ") {\n";
@@ -336,9 +350,7 @@ std::string vector_output(RowNorm norm, const LaneVector& v, const std::string& 
     s += in + "    " + v.T + " v_ = " + codegen::render_row_norm_output_of_term(v.dialect(), norm, "t_", "rv_") + ";\n";
   }
   s += vector_weight(v, gamma, beta, in + "    ");
-  s += in + "    if (nt_out && left_ == " + v.L + " && !((uintptr_t)(o + j_) & " + line + "))\n";
-  s += in + "      " + (v.lanes == 16 ? "_mm512_stream_ps" : "_mm256_stream_ps") + "(o + j_, v_);\n";
-  s += in + "    else\n" + in + "      " + v.masked_store("o + j_", "v_") + "\n";
+  s += output_store(v, in + "    ", false);
   return s + in + "  }\n" + in + "}\n";
 }
 
@@ -347,7 +359,6 @@ std::string vector_output(RowNorm norm, const LaneVector& v, const std::string& 
 // a time, stored straight to memory (streaming where whole and aligned, so both stores give
 // the same bits), and with each 16 floats a line of the next row's x and residual asked of L2.
 std::string reread_output(RowNorm norm, const LaneVector& v, bool gamma, bool beta, const std::string& in) {
-  const std::string line = v.lanes == 16 ? "63" : "31";
   std::string s = in + "{\n" + in + "  const " + v.T + " cv_ = " + v.set1 + "(c_), rv_ = " + v.set1 + "(r_);\n";
   s += in + "  const float* restrict xn_ = x + rn * row_len;\n" + in +
        "  const float* restrict rn_ = res + rn * row_len;\n";
@@ -362,9 +373,7 @@ std::string reread_output(RowNorm norm, const LaneVector& v, bool gamma, bool be
   s += in + "    const " + v.T + " d_ = w_ - cv_;\n";
   s += in + "    " + v.T + " v_ = " + codegen::render_row_norm_output(v.dialect(), norm, "d_", "rv_") + ";\n";
   s += vector_weight(v, gamma, beta, in + "    ");
-  s += in + "    if (nt_out && left_ == " + v.L + " && !((uintptr_t)(o + j_) & " + line + "))\n";
-  s += in + "      " + (v.lanes == 16 ? "_mm512_stream_ps" : "_mm256_stream_ps") + "(o + j_, v_);\n";
-  s += in + "    else\n" + in + "      " + v.masked_store("o + j_", "v_") + "\n";
+  s += output_store(v, in + "    ", false);
   return s + in + "  }\n" + in + "}\n";
 }
 
@@ -378,7 +387,6 @@ std::string reread_output(RowNorm norm, const LaneVector& v, bool gamma, bool be
 // stand-alone driver, 0.88x the time).
 std::string pipelined_output(const NormChainRegion& r, const LaneVector& v, const std::string& in) {
   const RowNormInfo& info = row_norm_info(r.norm());
-  const std::string line = v.lanes == 16 ? "63" : "31";
   // One vector at j_: whole ones unmasked (AVX2's masked load, vmaskmovps, is slow on AMD), the
   // row's ragged last one masked.
   const auto step = [&](bool tail) {
@@ -388,14 +396,7 @@ std::string pipelined_output(const NormChainRegion& r, const LaneVector& v, cons
     t += in + "    const " + v.T + " d_ = " + load("t + j_") + " - cv_;\n";
     t += in + "    " + v.T + " v_ = " + codegen::render_row_norm_output(v.dialect(), r.norm(), "d_", "rv_") + ";\n";
     t += vector_weight(v, r.weight(), r.bias(), in + "    ", !tail);
-    if (tail) {
-      t += in + "    " + v.masked_store("o + j_", "v_") + "\n";
-    } else {
-      t += in + "    if (nt_out && !((uintptr_t)(o + j_) & " + line + "))\n";
-      t += in + "      " + (v.lanes == 16 ? "_mm512_stream_ps" : "_mm256_stream_ps") + "(o + j_, v_);\n";
-      t += in + "    else\n" + in + "      " + (v.lanes == 16 ? "_mm512_storeu_ps" : "_mm256_storeu_ps") +
-           "(o + j_, v_);\n";
-    }
+    t += tail ? in + "    " + v.masked_store("o + j_", "v_") + "\n" : output_store(v, in + "    ", true);
     // The next row's term; past the row, the masked load's zeros and the accumulate's value of
     // them are dropped.
     t += in + "    const " + v.T + " w_ = " + load("xn + j_") + ";\n";

@@ -381,7 +381,8 @@ TEST(X86Avx2, SoftmaxRowsInBase2KeepExtremeRows) {
 
 // Norm chains, pointwise DAGs and reductions: outputs past the last-level cache are streamed
 // from L1 chunks with ymm streaming stores; `stream=1` forces them on small shapes, which
-// must give the plain stores' bits (rows off a cache line, ragged chunk tails).
+// must give the plain stores' bits (rows off a cache line, ragged chunk tails; a re-read
+// residual row's sum in four-vector steps, whole vectors and a masked tail).
 TEST(X86Avx2, StreamingKindsAndStores) {
   REQUIRE_AVX2();
   std::vector<Region> regions;
@@ -399,7 +400,7 @@ TEST(X86Avx2, StreamingKindsAndStores) {
     ASSERT_TRUE(streamed.ok()) << streamed.error().str();
     EXPECT_NE(streamed->source.find("_mm256_stream_ps"), std::string::npos) << print_region(region);
     EXPECT_EQ(streamed->source.find("_mm512"), std::string::npos) << print_region(region);
-    for (const Shape& shape : std::vector<Shape>{{33, 4099}, {5, 2500}, {3, 16}, {1, 7}}) {
+    for (const Shape& shape : std::vector<Shape>{{33, 4099}, {5, 2500}, {4, 100}, {3, 16}, {1, 7}}) {
       const auto operands = make_operands(region, elementwise(shape), 38, 1.0);
       auto run = [&](const char* stream) {
         ExecuteOptions o;

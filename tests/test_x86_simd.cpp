@@ -368,7 +368,8 @@ TEST(X86Simd, AttentionFewQueryRowsSpecialValues) {
 }
 
 // Norm chains split rows across threads and overlap one row's output with the next row's
-// read: every rows/threads split, rows shorter than the 4-way split sum, and a NaN in one row
+// read: every rows/threads split, rows shorter than the 4-way split sum, rows whose re-read
+// sum pass ends in whole vectors after its four-vector steps (50, 100), and a NaN in one row
 // that must not reach its neighbours' statistics.
 TEST(X86Simd, NormChainRowSplitAndIsolation) {
   REQUIRE_AVX512();
@@ -377,7 +378,7 @@ TEST(X86Simd, NormChainRowSplitAndIsolation) {
       const Region region =
           region_of(std::string("norm_chain { norm = ") + norm + "; add_residual = " + (res ? "true" : "false") +
                     "; weight = true; bias = true }");
-      for (Shape shape : std::vector<Shape>{{1, 1}, {1, 5}, {2, 3}, {3, 7}, {5, 129}, {33, 4099}})
+      for (Shape shape : std::vector<Shape>{{1, 1}, {1, 5}, {2, 3}, {3, 7}, {3, 50}, {4, 100}, {5, 129}, {33, 4099}})
         expect_matches_reference(region, elementwise(shape), 34, 1.0);
     }
   // Softmax rows take e^x on 16 lanes (masked at a row's end: 37 = 2 x 16 + 5), not through
@@ -407,6 +408,17 @@ TEST(X86Simd, NormChainRowSplitAndIsolation) {
     const bool staged = std::string(norm) == "softmax";
     EXPECT_EQ(src->source.find("float* restrict tb = ") != std::string::npos, staged) << norm;
     EXPECT_EQ(src->source.find("_mm512_maskz_loadu_ps(m_, rs + j_)") != std::string::npos, !staged) << norm;
+    if (staged) continue;
+    // The next row's x and residual are asked of L2 half by the sum pass, half by the output pass.
+    for (const char* next : {"xn_", "rn_"}) {
+      const std::string ask = std::string("_mm_prefetch((const char*)(") + next + " + ";
+      const size_t first = src->source.find(ask + "j_ / 2), _MM_HINT_T1);");
+      const size_t second = src->source.find(ask + "row_len / 2 + j_ / 2), _MM_HINT_T1);");
+      ASSERT_NE(first, std::string::npos) << norm << " " << next;
+      ASSERT_NE(second, std::string::npos) << norm << " " << next;
+      EXPECT_LT(first, src->source.find("const float r_ = ")) << norm;
+      EXPECT_GT(second, src->source.find("const float r_ = ")) << norm;
+    }
   }
   // A NaN stays in its row, whether the rows are staged (residual) or read in place with the
   // next row's maximum taken ahead; a row of -inf gives NaN (e^(-inf + inf)), as the reference.

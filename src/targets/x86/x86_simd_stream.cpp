@@ -354,18 +354,72 @@ std::string vector_output(RowNorm norm, const LaneVector& v, const std::string& 
   return s + in + "  }\n" + in + "}\n";
 }
 
+// The next row's x and residual are asked of L2 over both passes of a re-read residual row:
+// its first half by the sum pass, its second half by the output pass (a line of each per 32
+// floats), so memory is read at an even pace. Until run az the output pass asked for the
+// whole row and memory idled through the sum pass. 4096 x 4096, Zen 4, stand-alone driver
+// (kernels in rotated order each round), new / old time with the threads on two core
+// complexes (one): rmsnorm with residual 0.86-0.90x (0.93-0.95x), the AVX2 lane's 0.80x
+// (0.98x), layer norm with residual 0.94-0.96x. (The sum pass a vector a step, its asks
+// behind a branch, gained nothing: 0.95-1.02x.)
+std::string next_rows(const std::string& in) {
+  return in + "  const float* restrict xn_ = x + rn * row_len;\n" + in +
+         "  const float* restrict rn_ = res + rn * row_len;\n";
+}
+
+// The asks for `lines` lines of each of the next row's x and residual from `at` on.
+std::string reread_asks(const std::string& at, int lines, const std::string& in) {
+  std::string s;
+  for (int k = 0; k < lines; ++k)
+    for (const char* p : {"xn_", "rn_"})
+      s += in + "_mm_prefetch((const char*)(" + p + " + " + at + (k ? " + " + std::to_string(16 * k) : "") +
+           "), _MM_HINT_T1);\n";
+  return s;
+}
+
+// A residual row's sum pass when the row is re-read rather than staged (norm_chain_body says
+// why): e_ = the sum over j of xs[j] + rs[j] (a mean centre) or of the table's accumulate of
+// it (a zero centre). Four vectors a step into four accumulators, asking for the first half of
+// the next row; then whole vectors, and the ragged last one masked.
+std::string reread_sum(RowNorm norm, const LaneVector& v, const std::string& in) {
+  const RowNormInfo& info = row_norm_info(norm);
+  // Element vector w<k>_ at `at` added into accumulator a<k>_.
+  const auto add = [&](int k, const std::string& at, bool tail) {
+    const auto load = [&](const std::string& p) { return tail ? v.masked_load(p) : v.load(p); };
+    const std::string K = std::to_string(k), w = "w" + K + "_";
+    std::string t = in + "    const " + v.T + " " + w + " = " +
+                    codegen::render_op(v.dialect(), Op::add, load("xs + " + at), load("rs + " + at)) + ";\n";
+    if (info.centre == RowCentre::mean) return t + in + "    a" + K + "_ += " + w + ";\n";
+    // Past the row, the masked loads' zeros and the accumulate's value of them are dropped.
+    const std::string term = codegen::render_row_norm_accumulate(v.dialect(), norm, w);
+    return t + in + "    a" + K + "_ += " + (tail ? v.masked(term) : term) + ";\n";
+  };
+  const int step = 4 * v.lanes;
+  std::string s = in + "{\n" + next_rows(in);
+  s += in + "  " + v.T + " a0_ = " + v.zero + ", a1_ = a0_, a2_ = a0_, a3_ = a0_;\n";
+  s += in + "  int64_t j_ = 0;\n";
+  s += in + "  for (; j_ + " + std::to_string(step) + " <= row_len; j_ += " + std::to_string(step) + ") {\n";
+  s += reread_asks("j_ / 2", step / 32, in + "    ");
+  for (int k = 0; k < 4; ++k) s += add(k, k ? "j_ + " + std::to_string(k * v.lanes) : "j_", false);
+  s += in + "  }\n";
+  s += in + "  for (; j_ + " + v.L + " <= row_len; j_ += " + v.L + ") {\n" + add(0, "j_", false) + in + "  }\n";
+  s += in + "  if (j_ < row_len) {\n" + in + "    const int64_t left_ = row_len - j_;\n" + in + "    " + v.mask() +
+       "\n" + add(0, "j_", true) + in + "  }\n";
+  s += in + "  a0_ = (a0_ + a1_) + (a2_ + a3_);\n";
+  s += in + "  float l_[" + v.L + "];\n" + in + "  memcpy(l_, &a0_, sizeof l_);\n";
+  s += in + "  e_ = 0.0f;\n" + in + "  for (int k_ = 0; k_ < " + v.L + "; ++k_) e_ += l_[k_];\n";
+  return s + in + "}\n";
+}
+
 // A residual row's output when the row is re-read rather than staged (norm_chain_body says
 // why): o[j] = the table's output of (xs[j] + rs[j] - c_), times gamma, plus beta, a vector at
 // a time, stored straight to memory (streaming where whole and aligned, so both stores give
-// the same bits), and with each 16 floats a line of the next row's x and residual asked of L2.
+// the same bits), asking for the second half of the next row (reread_asks).
 std::string reread_output(RowNorm norm, const LaneVector& v, bool gamma, bool beta, const std::string& in) {
   std::string s = in + "{\n" + in + "  const " + v.T + " cv_ = " + v.set1 + "(c_), rv_ = " + v.set1 + "(r_);\n";
-  s += in + "  const float* restrict xn_ = x + rn * row_len;\n" + in +
-       "  const float* restrict rn_ = res + rn * row_len;\n";
+  s += next_rows(in);
   s += in + "  for (int64_t j_ = 0; j_ < row_len; j_ += " + v.L + ") {\n";
-  const std::string ask = in + "    _mm_prefetch((const char*)(xn_ + j_), _MM_HINT_T1);\n" + in +
-                          "    _mm_prefetch((const char*)(rn_ + j_), _MM_HINT_T1);\n";
-  s += v.lanes == 16 ? ask : in + "    if ((j_ & 15) == 0) {\n" + ask + in + "    }\n";
+  s += in + "    if ((j_ & 31) == 0) {\n" + reread_asks("row_len / 2 + j_ / 2", 1, in + "      ") + in + "    }\n";
   s += in + "    const int64_t left_ = row_len - j_ < " + v.L + " ? row_len - j_ : " + v.L + ";\n";
   s += in + "    " + v.mask() + "\n";
   s += in + "    const " + v.T +
@@ -522,8 +576,8 @@ std::string norm_chain_body(const NormChainRegion& r, bool avx2) {
     s += "        const float* restrict xs = x + row * row_len;\n";
     s += "        const float* restrict rs = res + row * row_len;\n";
     if (staging) s += "        float* restrict ts = tb;\n";
-    s += "        e_ = 0.0f;\n";
-    s += stage_loop("rs", staging ? "ts" : "", "        ");
+    s += reread ? reread_sum(r.norm(), vec, "        ")
+                : "        e_ = 0.0f;\n" + stage_loop("rs", staging ? "ts" : "", "        ");
     if (staging) s += "        const float* restrict t = tb;\n";
   }
   s += "        float* restrict o = out + row * row_len;\n";

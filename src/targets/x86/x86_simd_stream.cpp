@@ -354,14 +354,7 @@ std::string vector_output(RowNorm norm, const LaneVector& v, const std::string& 
   return s + in + "  }\n" + in + "}\n";
 }
 
-// The next row's x and residual are asked of L2 over both passes of a re-read residual row:
-// its first half by the sum pass, its second half by the output pass (a line of each per 32
-// floats), so memory is read at an even pace. Until run az the output pass asked for the
-// whole row and memory idled through the sum pass. 4096 x 4096, Zen 4, stand-alone driver
-// (kernels in rotated order each round), new / old time with the threads on two core
-// complexes (one): rmsnorm with residual 0.86-0.90x (0.93-0.95x), the AVX2 lane's 0.80x
-// (0.98x), layer norm with residual 0.94-0.96x. (The sum pass a vector a step, its asks
-// behind a branch, gained nothing: 0.95-1.02x.)
+// The next row's x and residual (reread_asks' bases), declared in a re-read row's pass.
 std::string next_rows(const std::string& in) {
   return in + "  const float* restrict xn_ = x + rn * row_len;\n" + in +
          "  const float* restrict rn_ = res + rn * row_len;\n";
@@ -380,7 +373,13 @@ std::string reread_asks(const std::string& at, int lines, const std::string& in)
 // A residual row's sum pass when the row is re-read rather than staged (norm_chain_body says
 // why): e_ = the sum over j of xs[j] + rs[j] (a mean centre) or of the table's accumulate of
 // it (a zero centre). Four vectors a step into four accumulators, asking for the first half of
-// the next row; then whole vectors, and the ragged last one masked.
+// the next row; then whole vectors, and the ragged last one masked. The output pass asks for
+// the second half (a line of each input per 32 floats in both), so memory is read at an even
+// pace. Until run az the output pass asked for the whole row and memory idled through the sum
+// pass. 4096 x 4096, Zen 4, stand-alone driver (kernels in rotated order each round), new /
+// old time with the threads on two core complexes (one): rmsnorm with residual 0.86-0.90x
+// (0.93-0.95x), the AVX2 lane's 0.80x (0.98x), layer norm with residual 0.94-0.96x. (This
+// pass a vector a step, its asks behind a branch, gained nothing: 0.95-1.02x.)
 std::string reread_sum(RowNorm norm, const LaneVector& v, const std::string& in) {
   const RowNormInfo& info = row_norm_info(norm);
   // Element vector w<k>_ at `at` added into accumulator a<k>_.

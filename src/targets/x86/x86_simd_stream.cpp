@@ -202,6 +202,11 @@ struct LaneVector {
            acc + " = -INFINITY;\n" + in + "  for (int k_ = 0; k_ < " + L + "; ++k_) " + acc + " = l_[k_] > " + acc +
            " ? l_[k_] : " + acc + ";\n" + in + "}\n";
   }
+  // Statements at indent `in`: the float `acc` = the sum of the vector `m`'s lanes, in order.
+  std::string reduce_sum(const std::string& acc, const std::string& m, const std::string& in) const {
+    return in + "float l_[" + L + "];\n" + in + "memcpy(l_, &" + m + ", sizeof l_);\n" + in + acc + " = 0.0f;\n" + in +
+           "for (int k_ = 0; k_ < " + L + "; ++k_) " + acc + " += l_[k_];\n";
+  }
   // v with the lanes outside m_ zeroed.
   std::string masked(const std::string& v) const {
     return lanes == 16 ? "_mm512_maskz_mov_ps(m_, " + v + ")" : "_mm256_and_ps(" + v + ", _mm256_castsi256_ps(m_))";
@@ -292,8 +297,7 @@ std::string vector_sum(RowNorm norm, const LaneVector& v, const std::string& acc
   if (!terms.empty()) s += in + "    " + v.masked_store(terms + " + j_", "t0_") + "\n";
   s += in + "  }\n";
   s += in + "  const " + v.T + " a_ = (a0_ + a1_) + (a2_ + a3_);\n";
-  s += in + "  float l_[" + v.L + "];\n" + in + "  memcpy(l_, &a_, sizeof l_);\n";
-  s += in + "  " + acc + " = 0.0f;\n" + in + "  for (int k_ = 0; k_ < " + v.L + "; ++k_) " + acc + " += l_[k_];\n";
+  s += v.reduce_sum(acc, "a_", in + "  ");
   return s + in + "}\n";
 }
 
@@ -405,8 +409,7 @@ std::string reread_sum(RowNorm norm, const LaneVector& v, const std::string& in)
   s += in + "  if (j_ < row_len) {\n" + in + "    const int64_t left_ = row_len - j_;\n" + in + "    " + v.mask() +
        "\n" + add(0, "j_", true) + in + "  }\n";
   s += in + "  a0_ = (a0_ + a1_) + (a2_ + a3_);\n";
-  s += in + "  float l_[" + v.L + "];\n" + in + "  memcpy(l_, &a0_, sizeof l_);\n";
-  s += in + "  e_ = 0.0f;\n" + in + "  for (int k_ = 0; k_ < " + v.L + "; ++k_) e_ += l_[k_];\n";
+  s += v.reduce_sum("e_", "a0_", in + "  ");
   return s + in + "}\n";
 }
 
@@ -469,8 +472,7 @@ std::string pipelined_output(const NormChainRegion& r, const LaneVector& v, cons
   s += v.lanes == 16 ? ask : in + "    if ((j_ & 15) == 0) {\n" + ask + in + "    }\n";
   s += step(false) + in + "  }\n";
   s += in + "  if (j_ < row_len) {\n" + in + "    const int64_t left_ = row_len - j_;\n" + step(true) + in + "  }\n";
-  s += in + "  float l_[" + v.L + "];\n" + in + "  memcpy(l_, &ev_, sizeof l_);\n";
-  s += in + "  e_ = 0.0f;\n" + in + "  for (int k_ = 0; k_ < " + v.L + "; ++k_) e_ += l_[k_];\n";
+  s += v.reduce_sum("e_", "ev_", in + "  ");
   return s + in + "}\n";
 }
 

@@ -360,6 +360,15 @@ TEST_F(CliLanes, RunOnX86PrintsLaneAndMatchesReference) {
   const Tensor ref = evaluate_reference(region, ops).value();
   ASSERT_EQ(y->data.size(), ref.data.size());
   for (size_t i = 0; i < ref.data.size(); ++i) EXPECT_NEAR(y->data[i], ref.data[i], 1e-3);
+
+  // --repeats: time_ms is the median of that many warm calls, and the line says how many.
+  const auto timed = fusor_env("run r.region --target x86 --repeats 3 --in" + write_operands(ops) + " --out z.npy");
+  ASSERT_EQ(timed.code, 0) << timed.err;
+  EXPECT_EQ(timed.out.rfind("lane=x86_", 0), 0u) << timed.out;
+  EXPECT_NE(timed.out.find(" repeats=3"), std::string::npos) << timed.out;
+  auto z = read_npy(dir_ / "z.npy");
+  ASSERT_TRUE(z.ok());
+  EXPECT_EQ(*z, *y) << "a repeated call writes what one call writes";
 }
 
 TEST_F(CliLanes, MissingBiasOnX86IsACleanErrorInTheChild) {
@@ -447,10 +456,10 @@ TEST_F(CliLanes, RunWithoutArgumentsRunsTheEmbeddedModel) {
   EXPECT_NE(r.out.find("oracle"), std::string::npos) << r.out;
   // Where fusor's end-to-end time goes: kernels, native ops, the rest.
   EXPECT_NE(r.out.find("fusor's time: region kernels"), std::string::npos) << r.out;
-  // --repeats times a model; a region file or --examples has nothing to repeat.
+  // --repeats times a model or a region FILE; --examples has nothing to repeat.
   const auto stray = fusor_env("run --examples --repeats 3");
   EXPECT_EQ(stray.code, 2) << stray.out;
-  EXPECT_NE(stray.err.find("--repeats applies to a model"), std::string::npos) << stray.err;
+  EXPECT_NE(stray.err.find("--repeats applies to a model or a region FILE"), std::string::npos) << stray.err;
   EXPECT_EQ(fusor_env("run --repeats 0").code, 2);
 }
 

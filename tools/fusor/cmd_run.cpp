@@ -7,6 +7,7 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "cli_common.hpp"
 #include "cli_lanes.hpp"
@@ -31,6 +32,7 @@ struct RunOptions {
   bool examples = false;
   bool allow_reference = false;
   int repeats = ModelRunOptions{}.repeats;
+  bool repeats_given = false; // a region FILE times one warm call unless --repeats asks for more
 };
 
 bool is_model_file(const std::string& file) {
@@ -56,16 +58,27 @@ std::optional<Corpus> user_corpus() {
 }
 
 // The region through the arbiter on the requested targets, or the reference evaluator.
-Expected<RunOutput> run_region(const Region& region, std::span<const Tensor> operands, const LaneFlags& lanes) {
+// `repeats` warm calls are timed after the first (which pays for loading the kernel and
+// starting threads); the result is the last call's output with the median of their times,
+// so a peer timed in another process (bench/inductor/) reads a steady figure.
+Expected<RunOutput> run_region(const Region& region, std::span<const Tensor> operands, const LaneFlags& lanes,
+                               int repeats) {
   if (lanes.target == "reference") return execute_reference(region, operands);
   FUSOR_TRY_ASSIGN(const ArbiterOptions options, arbiter_options(lanes));
   auto corpus = user_corpus();
   Arbiter arbiter(builtin_registry(), corpus ? &*corpus : nullptr);
   FUSOR_TRY_ASSIGN(Dispatch first, arbiter.dispatch(region, operands, options));
   if (first.run.tag == "reference") return std::move(first.run);
-  // The first call pays for loading the kernel and starting threads: time a warm call.
-  FUSOR_TRY_ASSIGN(Dispatch warm, arbiter.dispatch(region, operands, options));
-  return std::move(warm.run);
+  std::vector<double> times;
+  std::optional<RunOutput> last;
+  for (int r = 0; r < repeats; ++r) {
+    FUSOR_TRY_ASSIGN(Dispatch warm, arbiter.dispatch(region, operands, options));
+    times.push_back(warm.run.time_ms);
+    last = std::move(warm.run);
+  }
+  std::sort(times.begin(), times.end());
+  last->time_ms = times[times.size() / 2];
+  return std::move(*last);
 }
 
 // Times the reference evaluator; Expected has no empty state, hence the optional.
@@ -84,14 +97,15 @@ int run_file(const RunOptions& o) {
                                                         " region needs its operands: --in " + operand_list(*region)));
   auto operands = load_operands(o.inputs);
   if (!operands) return fail("fusor run", operands.error());
-  auto result = run_region(*region, *operands, o.lanes);
+  auto result = run_region(*region, *operands, o.lanes, o.repeats_given ? o.repeats : 1);
   if (!result) return fail("fusor run", result.error(), &*region);
   if (!o.out.empty()) {
     const Status written = write_npy(o.out, result->output);
     if (!written) return fail("fusor run", written.error());
   }
-  std::cout << fmt::format("lane={} time_ms={:.3f} output={}{}\n", result->tag, result->time_ms,
-                           compact_shape(result->output.shape), o.out.empty() ? "" : " out=" + o.out);
+  std::cout << fmt::format("lane={} time_ms={:.4f} output={}{}{}\n", result->tag, result->time_ms,
+                           compact_shape(result->output.shape), o.out.empty() ? "" : " out=" + o.out,
+                           o.repeats_given && result->tag != "reference" ? fmt::format(" repeats={}", o.repeats) : "");
   if (!result->note.empty()) std::cerr << "note: " << result->note << "\n";
   return kExitOk;
 }
@@ -137,7 +151,7 @@ int run_examples(const LaneFlags& lanes) {
     const auto operands = make_operands(e.region, default_dims(e.region), kSeed);
     auto [reference, ref_ms] = evaluate_timed(e.region, operands);
     if (!reference) return fail("fusor run: bundled example " + std::string(e.name), reference.error(), &e.region);
-    auto result = run_region(e.region, operands, lanes);
+    auto result = run_region(e.region, operands, lanes, 1);
     if (!result) return fail("fusor run: bundled example " + std::string(e.name), result.error(), &e.region);
     double err = 0;
     for (size_t i = 0; i < reference->data.size(); ++i)
@@ -208,12 +222,14 @@ Command add_run_command(CLI::App& app) {
       "double-precision reference evaluator instead of rejecting the model; they are never fused, and the "
       "report names them");
   auto* repeats = sub->add_option("--repeats", o->repeats,
-                                  "With a model: timed runs after the warm-up; the report gives their medians "
-                                  "(ONNX Runtime runs as many)")
+                                  "Timed runs after the warm-up: with a model, the report gives their medians "
+                                  "(ONNX Runtime runs as many); with a region FILE, time_ms is their median (default "
+                                  "there: one)")
                       ->check(CLI::PositiveNumber)
                       ->capture_default_str();
   sub->footer(operand_order_help() +
-              "With a region FILE, prints `lane=<lane that ran> time_ms=<kernel time>` and the output shape. With a "
+              "With a region FILE, prints `lane=<lane that ran> time_ms=<kernel time>` (the median of --repeats warm "
+              "calls when given) and the output shape. With a "
               "model, --in takes the graph inputs in order and --out names a directory for the outputs.\n"
               "FUSOR_VERBOSE=1 logs every dispatch: each candidate and why it lost.");
   return {sub, [o, in, out, region, repeats] {
@@ -223,9 +239,10 @@ Command add_run_command(CLI::App& app) {
               return fail("fusor run",
                           make_error(ErrorCode::bad_argument, "--allow-reference applies to a model (.onnx), not to "
                                                               "regions or --examples"));
-            if (repeats->count() > 0 && (o->examples || !(o->file.empty() || is_model_file(o->file))))
-              return fail("fusor run", make_error(ErrorCode::bad_argument, "--repeats applies to a model, not to "
-                                                                           "regions or --examples"));
+            if (repeats->count() > 0 && o->examples)
+              return fail("fusor run", make_error(ErrorCode::bad_argument, "--repeats applies to a model or a region "
+                                                                           "FILE, not to --examples"));
+            o->repeats_given = repeats->count() > 0;
             if (o->examples) return run_examples(o->lanes);
             if (o->file.empty() || is_model_file(o->file)) {
               if (o->file.empty() && in->count() + out->count() + region->count() > 0)

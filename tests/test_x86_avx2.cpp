@@ -257,7 +257,7 @@ TEST(X86Avx2, RaggedShapesAndKBlocks) {
 }
 
 // Narrow GEMMs read A and B in place (x86_simd's NarrowGemmReadsOperandsInPlace): the ymm
-// direct tiles of 6, 4, 2 and 1 rows; 4 to 15 rows through a B of 16 MiB or more take the row path.
+// direct tiles of 6, 4, 2 and 1 rows; 2 to 15 rows through a B of 16 MiB or more take the row path.
 TEST(X86Avx2, NarrowGemmReadsOperandsInPlace) {
   REQUIRE_AVX2();
   for (const char* text : testing::kInPlaceGemmRegions) {
@@ -265,7 +265,7 @@ TEST(X86Avx2, NarrowGemmReadsOperandsInPlace) {
     auto src = avx2_lane(region_kind(region))->emit(region, {});
     ASSERT_TRUE(src.ok()) << text;
     EXPECT_NE(src->source.find("fusor_ukr_direct("), std::string::npos) << text;
-    EXPECT_NE(src->source.find("if (M >= 4 && M < 16 && !direct && (double)K * N >= 4194304.0)"), std::string::npos)
+    EXPECT_NE(src->source.find("if (M >= 2 && M < 16 && !direct && (double)K * N >= 4194304.0)"), std::string::npos)
         << text;
     for (const ProblemShape& dims : testing::kInPlaceShapes) expect_matches_reference(region, dims, 40, 0.5);
     expect_matches_reference(region, gemm(37, 100, 129), 41, 0.5, kSmallBlocks);

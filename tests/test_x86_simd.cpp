@@ -208,7 +208,7 @@ TEST(X86Simd, MatmulAndGatedRagged) {
 
 // Narrow GEMMs (N <= 256, f32, row-major, no prologue) read A and B in place, with edge
 // panels as smaller tiles and rows split in blocks of 4, and fewer than 8 rows stream B
-// unpacked (3 to 13 rows through the row path's register block); the other GEMMs keep packing.
+// unpacked (2 to 13 rows through the row path's register block); the other GEMMs keep packing.
 TEST(X86Simd, NarrowGemmReadsOperandsInPlace) {
   REQUIRE_AVX512();
   const auto source = [](const char* text) {
@@ -220,11 +220,11 @@ TEST(X86Simd, NarrowGemmReadsOperandsInPlace) {
   for (const char* text : testing::kInPlaceGemmRegions) {
     EXPECT_NE(source(text).find("fusor_ukr_direct("), std::string::npos) << text;
     EXPECT_NE(source(text).find("if (M < 8 && !direct)"), std::string::npos) << text;
-    // 3 to 13 rows; 14 to 24 where B is larger than the host's last-level cache.
+    // 2 to 13 rows; 14 to 24 where B is larger than the host's last-level cache.
     const std::string llc = std::to_string(host_llc_bytes()) + ".0";
-    EXPECT_NE(source(text).find(host_llc_bytes() > 0 ? "if (M >= 3 && (M < 14 || (M < 25 && 4.0 * (double)K * N > " +
+    EXPECT_NE(source(text).find(host_llc_bytes() > 0 ? "if (M >= 2 && (M < 14 || (M < 25 && 4.0 * (double)K * N > " +
                                                            llc + ")) && !direct)"
-                                                     : "if (M >= 3 && M < 14 && !direct)"),
+                                                     : "if (M >= 2 && M < 14 && !direct)"),
               std::string::npos)
         << text;
     for (const ProblemShape& dims : testing::kInPlaceShapes) expect_matches_reference(region_of(text), dims, 40, 0.5);

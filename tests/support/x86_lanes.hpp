@@ -141,7 +141,9 @@ inline ProblemShape gemm(std::int64_t m, std::int64_t n, std::int64_t k) {
 // 257 (either side of the switch), K in several blocks (the sums continued in the direct
 // tile's registers), 1-7 rows over wide N with K not a multiple of the 8-row step, and rows
 // at least as many as columns but few enough that the threads split the panels (64 x 64,
-// 150 x 96 on two threads).
+// 150 x 96 on two threads). The row path's strip is a thread's whole column range up to 8
+// rows (4 x 4099; 2 and 5 x 2100 through a B of 16 MiB, which the ymm tile's row path needs) and
+// 1024 columns from 9 (9 x 2100, 11 x 2050).
 inline constexpr const char* kInPlaceGemmRegions[] = {
     "fused { epilogue = [bias]; residual = true }", "fused { epilogue = [bias, gelu] }",
     "fused { epilogue = [bias]; reduction = layer_norm }", "matmul { }"};
@@ -149,10 +151,10 @@ inline constexpr const char* kPackedGemmRegions[] = {"fused { prologue = [relu];
                                                      "matmul { transpose_b = true }", "matmul { storage = f16 }",
                                                      "gated { gate_act = silu }"};
 inline const ProblemShape kInPlaceShapes[] = {
-    gemm(1, 1, 1),       gemm(7, 33, 129),    gemm(30, 32, 17),   gemm(64, 64, 256),
-    gemm(65, 100, 1600), gemm(129, 256, 70),  gemm(14, 31, 5),    gemm(61, 257, 40),
-    gemm(1, 300, 129),   gemm(7, 1000, 9),    gemm(4, 4099, 20),  gemm(2, 700, 1600),
-    gemm(150, 96, 33),   gemm(13, 300, 1001), gemm(9, 2100, 260), gemm(11, 2050, 2047)};
+    gemm(1, 1, 1),        gemm(7, 33, 129),    gemm(30, 32, 17),   gemm(64, 64, 256),   gemm(65, 100, 1600),
+    gemm(129, 256, 70),   gemm(14, 31, 5),     gemm(61, 257, 40),  gemm(1, 300, 129),   gemm(7, 1000, 9),
+    gemm(4, 4099, 20),    gemm(2, 700, 1600),  gemm(150, 96, 33),  gemm(13, 300, 1001), gemm(9, 2100, 260),
+    gemm(11, 2050, 2047), gemm(2, 2100, 2003), gemm(5, 2100, 2003)};
 
 // Max |out - exact| of `matmul { }` on `lane` at m x n x K with A all ones and each column of B
 // 1 then K - 1 values `tail`, emitted with `options` (serial = 0 added).

@@ -70,7 +70,7 @@ struct Tuning {
   // at a time: 1.00-1.02x).
   int bcopy = 0;
   // GEMM-rooted kinds on the zmm and ymm tiles, f32 B [K, N] read in place with N > 256: from
-  // 3 rows (ymm: 4, and B of 16 MiB or more) to srows - 1, B's rows stream through an 8-row
+  // 2 rows (ymm: with B of 16 MiB or more) to srows - 1, B's rows stream through an 8-row
   // register block (row_run_gemm, which says why these bounds; srows <= 4: never). The ymm
   // lane's default is 16.
   int srows = 14;
@@ -274,7 +274,7 @@ std::string amx_pack_b(const GemmPlan& plan, const StorageLoad& ld, const std::s
 std::string amx_special_fixup(const GemmPlan& plan, const StorageLoad& ld, const std::string& indent);
 
 std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning& tuning);
-// Few-row GEMMs with B read where it lies (x86_simd_gemm_rows.cpp): from 3 or 4 rows to
+// Few-row GEMMs with B read where it lies (x86_simd_gemm_rows.cpp): from 2 rows to
 // Tuning::srows - 1 and N > 256, B's rows stream through an 8-row register block.
 std::string row_run_gemm(const GemmPlan& plan, const StorageLoad& ld, const Tuning& tuning);
 // A loop normalising rows [lo, hi) of `out` with the plan's row reduction.

@@ -6,12 +6,13 @@
 // than 16 rows (3.7). The skinny path (fewer than 8 rows) reads long runs of B's rows but
 // reloads them from L1 for every row of A.
 //
-// Here each thread owns a range of columns and walks K in steps of 8 rows of B, 1024 columns
-// (4 KiB of each row) at a time: the step's block of B is loaded into registers once (zmm:
-// 8 x 32 in 16 registers; ymm: 8 x 8 in 8) and serves all M rows of A, whose partial sums
-// (M x 1024 floats, restarting every FUSOR_KSUB steps as the tiles' do) go through `part` and
-// are added to `out` per sub-block. A is packed per sub-block as [step][row][8] so a row's 8
-// broadcasts share a line. The next step's rows are prefetched as the block is loaded.
+// Here each thread owns a range of columns and walks K in steps of 8 rows of B, a strip of
+// columns at a time (runc: the whole range up to 8 rows, else 1024): the step's block of B is
+// loaded into registers once (zmm: 8 x 32 in 16 registers; ymm: 8 x 8 in 8) and serves all M
+// rows of A, whose partial sums (M x runc floats, restarting every FUSOR_KSUB steps as the
+// tiles' do) go through `part` and are added to `out` per sub-block. A is packed per
+// sub-block as [step][row][8] so a row's 8 broadcasts share a line. The rows two steps on are
+// prefetched into L2 as the block is loaded.
 //
 // Emitted kernels against the path each replaces, medians of alternating calls, B 4096 x 4096
 // reused (partly in L3) or cold (copies of B in turn), two threads unless said:
@@ -26,7 +27,7 @@
 //   0.93x, 16 1.00x; but B of 1-8 MiB in cache 1.1-1.4x, so only B of 16 MiB or more (2048 x
 //   2048 at 8 rows 0.75x). The lent host: cold 0.52-0.81x at 4-16 rows (4096^2 and 2048^2); B
 //   in its L3 0.76-0.86x at 8-16 rows of 4096^2, 0.93-1.01x of 2048^2, and 24 rows 1.10-1.24x,
-//   so 4-15 rows.
+//   so 4-15 rows (2-15 since run ba, below).
 #include "codegen/c_renderer.hpp"
 #include "targets/x86/x86_simd_common.hpp"
 
@@ -43,16 +44,17 @@ std::string zmm_row_step(bool full, const std::string& I) {
                     load1 = "_mm512_maskz_loadu_ps(m1, b + t * N + j + 16)";
   if (full) {
     s += I + "  b0[t] = " + load0 + ";\n" + I + "  b1[t] = " + load1 + ";\n";
-    // Prefetching never faults, so the last step's reach past B is harmless.
-    s += I + "  _mm_prefetch((const char*)(b + (8 + t) * N + j), _MM_HINT_T0);\n";
-    s += I + "  _mm_prefetch((const char*)(b + (8 + t) * N + j + 16), _MM_HINT_T0);\n";
+    // Prefetching never faults, so the last steps' reach past B is harmless. Two steps ahead
+    // and into L2 (row_run_gemm says why).
+    s += I + "  _mm_prefetch((const char*)(b + (16 + t) * N + j), _MM_HINT_T1);\n";
+    s += I + "  _mm_prefetch((const char*)(b + (16 + t) * N + j + 16), _MM_HINT_T1);\n";
   } else {
     s += I + "  b0[t] = t < kr ? " + load0 + " : _mm512_setzero_ps();\n";
     s += I + "  b1[t] = t < kr ? " + load1 + " : _mm512_setzero_ps();\n";
   }
   s += I + "}\n";
   s += I + "for (int64_t m = 0; m < M; ++m) {\n";
-  s += I + "  float* restrict pm = part + m * FUSOR_RUNP + (j - jc);\n";
+  s += I + "  float* restrict pm = part + m * runp + (j - jc);\n";
   s += I + "  const float* restrict am = as + m * 8;\n";
   s += I + "  __m512 c0 = kb == k0 ? _mm512_setzero_ps() : _mm512_load_ps(pm);\n";
   s += I + "  __m512 c1 = kb == k0 ? _mm512_setzero_ps() : _mm512_load_ps(pm + 16);\n";
@@ -64,20 +66,20 @@ std::string zmm_row_step(bool full, const std::string& I) {
 }
 
 // The ymm tile's step over the 8 columns at j (16 registers: B's 8 x 8 block, a row's two
-// FMA chains, even and odd k, and their broadcasts); a line of the next step's rows is
-// prefetched every second group.
+// FMA chains, even and odd k, and their broadcasts); a line of the rows two steps on is
+// prefetched into L2 every second group, as the zmm step's are.
 std::string ymm_row_step(bool full, const std::string& I) {
   std::string s = I + "__m256 b0[8];\n";
   if (full) {
     s += I + "if (((j - jc) & 15) == 0) {\n" + I + "  #pragma GCC unroll 8\n";
-    s += I + "  for (int t = 0; t < 8; ++t) _mm_prefetch((const char*)(b + (8 + t) * N + j), _MM_HINT_T0);\n";
+    s += I + "  for (int t = 0; t < 8; ++t) _mm_prefetch((const char*)(b + (16 + t) * N + j), _MM_HINT_T1);\n";
     s += I + "}\n";
   }
   s += I + "#pragma GCC unroll 8\n" + I + "for (int t = 0; t < 8; ++t)\n";
   s += full ? I + "  b0[t] = _mm256_loadu_ps(b + t * N + j);\n"
             : I + "  b0[t] = t < kr ? _mm256_maskload_ps(b + t * N + j, mk) : _mm256_setzero_ps();\n";
   s += I + "for (int64_t m = 0; m < M; ++m) {\n";
-  s += I + "  float* restrict pm = part + m * FUSOR_RUNP + (j - jc);\n";
+  s += I + "  float* restrict pm = part + m * runp + (j - jc);\n";
   s += I + "  const float* restrict am = as + m * 8;\n";
   s += I + "  __m256 c0 = kb == k0 ? _mm256_setzero_ps() : _mm256_load_ps(pm), c1 = _mm256_setzero_ps();\n";
   s += I + "  #pragma GCC unroll 4\n" + I + "  for (int t = 0; t < 8; t += 2) {\n";
@@ -107,12 +109,26 @@ std::string row_run_gemm(const GemmPlan& plan, const StorageLoad& ld, const Tuni
   if (tuning.crows > tuning.srows && tuning.llc > 0)
     rows = "(" + rows + " || (M < " + std::to_string(tuning.crows) + " && 4.0 * (double)K * N > " +
            std::to_string(1024LL * tuning.llc) + ".0))";
-  std::string s = "  if (M >= " + std::string(tuning.avx2 ? "4" : "3") + " && " + rows + " && !direct" +
-                  (tuning.avx2 ? " && (double)K * N >= 4194304.0" : "") + ") {\n    int sfail = 0;\n";
-  // part rows 1024 + 16 floats apart: 4 KiB apart they would share L1 sets with B's rows.
-  s += "    enum { FUSOR_RUNC = 1024, FUSOR_RUNP = 1040 };\n";
+  // From 2 rows: with the strips above, 2 rows through a cold 4096 x 4096 B took 0.85-0.92x the
+  // skinny path's time (zmm; ymm 0.91x, 3 rows 0.88x), B of 4 MiB in cache 1.03x; at one row
+  // the two are even, and the skinny path keeps it.
+  std::string s = "  if (M >= 2 && " + rows + " && !direct" + (tuning.avx2 ? " && (double)K * N >= 4194304.0" : "") +
+                  ") {\n    int sfail = 0;\n";
   s += thread_columns_head(32);
-  s += "      float* restrict part = (float*)fusor_scratch(1, sizeof(float) * (size_t)(M * FUSOR_RUNP));\n";
+  // The strip of columns a pass over K walks (runc): each row of B is read in runs of that
+  // length, and longer runs read faster (512 columns took 1.26x the time of 1024). With 8 rows
+  // or fewer it is as many columns as keep the partial sums within 64 KiB, at most the
+  // thread's range (2048 columns of 4096 x 4096 on two threads); with more rows 1024, as wider
+  // strips' partial sums left L1 (12 rows at 1344: 1.10x, 16 rows at 2048: 1.45x). The steps'
+  // prefetches of B go two steps ahead into L2: into L1 one step ahead, a strip's worth of
+  // lines (32 KiB at 1024 columns) crowded out the partial sums. Both together, new/old time
+  // on Zen 4, B cold: zmm 3-8 rows 0.76-0.90x (8 rows with the threads far apart 1.00x),
+  // 12-16 rows 0.98-0.99x; ymm 4 and 8 rows 0.89x and 0.85x.
+  // part rows runc + 16 floats apart: 4 KiB apart they would share L1 sets with B's rows.
+  s += "      int64_t runc = M <= 8 ? 16384 / M / 32 * 32 : 1024;\n";
+  s += "      if (runc > fusor_cdiv(j1 - j0, 32) * 32) runc = j1 > j0 ? fusor_cdiv(j1 - j0, 32) * 32 : 32;\n";
+  s += "      const int64_t runp = runc + 16;\n";
+  s += "      float* restrict part = (float*)fusor_scratch(1, sizeof(float) * (size_t)(M * runp));\n";
   // A's sub-block: FUSOR_KSUB rows of K at most (with ksub=0 that is all of K).
   s += "      const int64_t kspan = K < FUSOR_KSUB ? K : FUSOR_KSUB;\n";
   s += "      float* restrict ap = (float*)fusor_scratch(2, sizeof(float) * (size_t)(M * (kspan + 8)));\n";
@@ -122,8 +138,8 @@ std::string row_run_gemm(const GemmPlan& plan, const StorageLoad& ld, const Tuni
   s += "        for (int64_t q = 0; q * 8 < k1 - k0; ++q)\n          for (int64_t m = 0; m < M; ++m)\n";
   s += "            for (int64_t t = 0; t < 8; ++t)\n";
   s += "              ap[(q * M + m) * 8 + t] = k0 + q * 8 + t < k1 ? A[m * K + k0 + q * 8 + t] : 0.0f;\n";
-  s += "        for (int64_t jc = j0; jc < j1; jc += FUSOR_RUNC) {\n";
-  s += "          const int64_t je = j1 - jc > FUSOR_RUNC ? jc + FUSOR_RUNC : j1;\n";
+  s += "        for (int64_t jc = j0; jc < j1; jc += runc) {\n";
+  s += "          const int64_t je = j1 - jc > runc ? jc + runc : j1;\n";
   s += "          for (int64_t kb = k0; kb < k1; kb += 8) {\n";
   s += "            const float* restrict b = B + kb * N;\n";
   s += "            const float* restrict as = ap + (kb - k0) * M;\n";
@@ -147,7 +163,7 @@ std::string row_run_gemm(const GemmPlan& plan, const StorageLoad& ld, const Tuni
   }
   s += "            }\n          }\n";
   s += "          for (int64_t m = 0; m < M; ++m) {\n";
-  s += "            float* restrict o = out + m * N;\n            const float* restrict pm = part + m * FUSOR_RUNP - "
+  s += "            float* restrict o = out + m * N;\n            const float* restrict pm = part + m * runp - "
        "jc;\n";
   s += "            #pragma omp simd\n";
   s += "            for (int64_t j = jc; j < je; ++j) o[j] = (k0 == 0 ? 0.0f : o[j]) + pm[j];\n          }\n";

@@ -12,7 +12,7 @@ the median over rounds and their spread. Accuracy: each output against a float64
 evaluation of the same PyTorch expression, as the largest absolute difference.
 
 PyTorch's large outputs (64 MiB at 4096 x 4096) would otherwise be fresh mmap'ed pages on every
-call, their page faults a third to three quarters of its time; the script runs with glibc's
+call, their page faults three quarters or more of its time; the script runs with glibc's
 mmap threshold raised (MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_) so freed blocks are
 reused, the peer's best configuration (--default-malloc keeps glibc's defaults).
 
@@ -205,6 +205,8 @@ def quartiles(xs):
 
 
 def compiled(fn, mode):
+    # Each mode compiles from an empty cache, so max-autotune cannot pick up the default mode's
+    # graph; a mode compiled before recompiles at its next call, the accuracy check's, untimed.
     torch._dynamo.reset()
     return torch.compile(fn, mode=None if mode == "inductor" else "max-autotune", dynamic=False)
 

@@ -15,9 +15,10 @@
 //     stored once.
 //     Row reductions run on the item's finished rows while they are still in L2.
 // Narrow GEMMs (N <= 256) read A and B where they lie instead (fusor_ukr_direct); few rows
-// through a wider B stream it unpacked (row_run_gemm in x86_simd_gemm_rows.cpp through a
-// register block, one row and other rows below 8 that it declines skinny_gemm); edge panels of any row count run
-// as tiles of 8, 4, 2 and 1 rows, so row blocks are multiples of 4 rows.
+// through a wider B stream it unpacked: from 2 rows through a register block (row_run_gemm in
+// x86_simd_gemm_rows.cpp), one row and the rows below 8 that path declines through
+// skinny_gemm; edge panels of any row count run as tiles of 8, 4, 2 and 1 rows, so row blocks
+// are multiples of 4 rows.
 // Gated regions interleave Wg and Wu per panel ([16 gate columns | 16 up columns]) so one
 // micro-kernel call yields both products of the same output columns. The x86_amx lane runs
 // this loop nest with its own packing and micro-kernel (Tuning::amx, x86_amx_gemm.cpp), the

@@ -27,6 +27,7 @@ import math
 import os
 import platform
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -76,9 +77,13 @@ def rng_arrays(seed, *shapes, scale=1.0):
     return [(g.standard_normal(s) * scale).astype(np.float32) for s in shapes]
 
 
-def linear_args(a, b, *rest):
+def linear_weight(b):
     # B [K, N] for fusor; nn.Linear's weight is [N, K].
-    return [torch.from_numpy(a), torch.from_numpy(np.ascontiguousarray(b.T))] + [torch.from_numpy(r) for r in rest]
+    return torch.from_numpy(np.ascontiguousarray(b.T))
+
+
+def linear_args(a, b, *rest):
+    return [torch.from_numpy(a), linear_weight(b)] + [torch.from_numpy(r) for r in rest]
 
 
 def plain_args(*arrays):
@@ -102,7 +107,7 @@ def gemm_case(m, n, k, residual):
 def gated_case(m, k, h):
     inputs = lambda: rng_arrays(9, (m, k), (k, h), (k, h), scale=0.5)
     fn = lambda x, wg, wu: F.silu(F.linear(x, wg)) * F.linear(x, wu)
-    args = lambda a, wg, wu: [torch.from_numpy(a)] + [torch.from_numpy(np.ascontiguousarray(w.T)) for w in (wg, wu)]
+    args = lambda a, wg, wu: [torch.from_numpy(a), linear_weight(wg), linear_weight(wu)]
     return Case(f"gated_silu_{m}x{k}x{h}", "gated { gate_act = silu }", inputs, fn, args, {1, 2},
                 4.0 * m * h * k, "GFLOP/s")
 
@@ -193,12 +198,6 @@ def torch_times(fn, args, repeats):
     return times
 
 
-def median(xs):
-    s = sorted(xs)
-    n = len(s)
-    return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
-
-
 def quartiles(xs):
     s = sorted(xs)
     return s[len(s) // 4], s[(3 * len(s)) // 4]
@@ -267,16 +266,16 @@ def run_case(case, args, workdir):
             per_round["fusor"].append(f_ms)
             for mode in modes:
                 fns[mode](*targs)  # one warm call after the child's run
-                t = median(torch_times(fns[mode], targs, repeats))
+                t = statistics.median(torch_times(fns[mode], targs, repeats))
                 per_round[mode].append(t)
                 ratios[mode].append(t / f_ms)
     row = {"case": case.name, "lane": lane, "rounds": args.rounds, "calls_per_round": repeats,
-           "fusor_ms": median(per_round["fusor"]), "max_abs_err": err["fusor"]}
+           "fusor_ms": statistics.median(per_round["fusor"]), "max_abs_err": err["fusor"]}
     rate = case.work / (row["fusor_ms"] * 1e-3) / 1e9
     row["gflops" if case.unit == "GFLOP/s" else "gbps"] = rate
     for mode in modes:
-        row[f"{mode}_ms"] = median(per_round[mode])
-        row[f"{mode}_ratio"] = median(ratios[mode])
+        row[f"{mode}_ms"] = statistics.median(per_round[mode])
+        row[f"{mode}_ratio"] = statistics.median(ratios[mode])
         q1, q3 = quartiles(ratios[mode])
         row[f"{mode}_ratio_q1"], row[f"{mode}_ratio_q3"] = q1, q3
         row[f"{mode}_max_abs_err"] = err[mode]

@@ -126,7 +126,7 @@ std::string row_run_gemm(const GemmPlan& plan, const StorageLoad& ld, const Tuni
   // 12-16 rows 0.98-0.99x; ymm 4 and 8 rows 0.89x and 0.85x.
   // part rows runc + 16 floats apart: 4 KiB apart they would share L1 sets with B's rows.
   s += "      int64_t runc = M <= 8 ? 16384 / M / 32 * 32 : 1024;\n";
-  s += "      if (runc > fusor_cdiv(j1 - j0, 32) * 32) runc = j1 > j0 ? fusor_cdiv(j1 - j0, 32) * 32 : 32;\n";
+  s += "      if (runc > fusor_cdiv(j1 - j0, 32) * 32) runc = fusor_cdiv(j1 - j0, 32) * 32;\n";
   s += "      const int64_t runp = runc + 16;\n";
   s += "      float* restrict part = (float*)fusor_scratch(1, sizeof(float) * (size_t)(M * runp));\n";
   // A's sub-block: FUSOR_KSUB rows of K at most (with ksub=0 that is all of K).

@@ -4,6 +4,8 @@
 # none and reaches no registry), then runs what the arguments name. Results land in $OUT.
 #   scripts/lent-cpu.sh tests            the x86 lane suites (AMX's runs only there)
 #   scripts/lent-cpu.sh bench ARGS...    fusor-bench ARGS (add --save $OUT/NAME.json)
+#   scripts/lent-cpu.sh inductor ARGS... bench/inductor/run_inductor.py ARGS with the fusor built here,
+#                                        run by the python3 that has PyTorch there
 # Fetch the .debs here first:  mkdir -p .deps/debs && (cd .deps/debs && apt-get download libdnnl-dev
 #   libdnnl2 ocl-icd-libopencl1 ocl-icd-opencl-dev opencl-c-headers opencl-clhpp-headers)
 set -uo pipefail
@@ -22,7 +24,7 @@ t0=$(date +%s)
 { cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFUSOR_ENABLE_CUDA=OFF -DFUSOR_ONNX=OFF \
     -DCMAKE_PREFIX_PATH="$DN" -DFUSOR_DNNL_INCLUDE="$DN/include" \
     -DFUSOR_DNNL_LIBRARY="$DN/lib/x86_64-linux-gnu/libdnnl.so" &&
-  ninja -C "$BUILD" fusor-bench test_x86_amx test_x86_simd test_x86_avx2 test_x86_lane; } >"$OUT/build.log" 2>&1 ||
+  ninja -C "$BUILD" fusor fusor-bench test_x86_amx test_x86_simd test_x86_avx2 test_x86_lane; } >"$OUT/build.log" 2>&1 ||
   { tail -40 "$OUT/build.log"; exit 1; }
 grep -q "FUSOR_BENCH_ONEDNN" "$BUILD/build.ninja" || echo "# warning: fusor-bench built without oneDNN" >&2
 echo "# built in $(($(date +%s) - t0)) s"
@@ -44,6 +46,12 @@ bench)
   shift
   "$BUILD/fusor-bench" "$@"
   ;;
+inductor)
+  shift
+  py=python3
+  [ -x /opt/torch/.venv/bin/python3 ] && py=/opt/torch/.venv/bin/python3
+  PYTHONUNBUFFERED=1 "$py" "$ROOT/bench/inductor/run_inductor.py" --fusor "$BUILD/fusor" "$@"
+  ;;
 build) ;;
-*) echo "usage: scripts/lent-cpu.sh build | tests | bench ARGS..." >&2; exit 2 ;;
+*) echo "usage: scripts/lent-cpu.sh build | tests | bench ARGS... | inductor ARGS..." >&2; exit 2 ;;
 esac

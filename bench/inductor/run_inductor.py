@@ -346,10 +346,10 @@ def main():
             print_row(row, modes)
             for f in os.listdir(workdir):
                 os.unlink(os.path.join(workdir, f))
-    if args.json_out:
-        with open(args.json_out, "w") as f:
-            json.dump({"machine": machine, "cases": rows}, f, indent=1)
-            f.write("\n")
+            if args.json_out:  # after every case, so a run cut short keeps the cases it finished
+                with open(args.json_out, "w") as f:
+                    json.dump({"machine": machine, "cases": rows}, f, indent=1)
+                    f.write("\n")
 
 
 if __name__ == "__main__":

@@ -100,6 +100,35 @@ TEST(ResultsDashboard, BelowTheBarWithinTheRoundsIsASwing) {
   EXPECT_NE(page.find(row + "0.93–0.94 ✗ |"), std::string::npos) << page;
 }
 
+// A case below its bar where even the FMA peak would have left it there says so, with that
+// ceiling; not where some such run's ceiling reached the bar, went unrecorded, or was the
+// x86_amx lane's (the FMA peak does not bound the tiles).
+TEST(ResultsDashboard, MissesBeyondTheFmaPeakShowTheCeiling) {
+  const auto gated = [](double ratio, double at_peak, const char* lane = "x86_avx512") {
+    json c = {{"case", "gated_silu_512x768x2048"}, {"onednn_ratio", ratio}, {"lane", lane}};
+    if (at_peak > 0) c["onednn_ratio_at_peak"] = at_peak;
+    return c;
+  };
+  const auto page_of = [](const json& runs) {
+    auto rows = rows_of("cpu-2026-12-05-bb-dev.json", {{"machine", kZen5}, {"runs", runs}});
+    EXPECT_TRUE(rows.ok());
+    return rows.ok() ? render(*rows) : std::string();
+  };
+  const std::string row = "| `gated_silu_512x768x2048` | 1.20 | ";
+  std::string page = page_of({{{"cases", {gated(1.06, 1.13)}}}, {{"cases", {gated(1.08, 1.16)}}}});
+  EXPECT_NE(page.find(row + "1.06–1.08 ✗ peak 1.16 |"), std::string::npos) << page;
+  // A run that met the bar needs no ceiling; the runs below it still do.
+  page = page_of({{{"cases", {gated(1.06, 1.13)}}}, {{"cases", {gated(1.25, 1.30)}}}});
+  EXPECT_NE(page.find(row + "1.06–1.25 ✗ peak 1.13 |"), std::string::npos) << page;
+  for (const json& other : {gated(1.10, 1.25), gated(1.10, 0), gated(1.10, 0.9, "x86_amx")}) {
+    page = page_of({{{"cases", {gated(1.06, 1.13)}}}, {{"cases", {other}}}});
+    EXPECT_NE(page.find(row + "1.06–1.10 ✗ |"), std::string::npos) << other.dump() << "\n" << page;
+  }
+  // A ceiling a hair under the bar never reads as the bar.
+  page = page_of({{{"cases", {gated(1.06, 1.1996)}}}});
+  EXPECT_NE(page.find(row + "1.06 ✗ peak 1.199 |"), std::string::npos) << page;
+}
+
 TEST(ResultsDashboard, PlainCaseListsAndFilesWithoutTargetCases) {
   const json one_run = {{"machine", {{"cpu_model", "AMD EPYC"}, {"isa", "x86_64 avx2 fma | AMD EPYC"}}},
                         {"cases", {gemm_case(1.0)}}};

@@ -124,6 +124,19 @@ std::string below_mark(const std::vector<double>& values, const std::vector<doub
   return swings ? " ~" : " ✗";
 }
 
+// Where every run that left a case below its bar had the FMA peak as its ceiling and even
+// that peak would have left it below (the run's `_at_peak` ratio under the bar), " peak X"
+// with X the highest such ceiling: the lane could not have met the bar there.
+std::string ceiling_mark(const std::vector<double>& values, const std::vector<double>& at_peak, double bar) {
+  double ceiling = 0;
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (values[i] >= bar) continue;
+    if (!(i < at_peak.size() && at_peak[i] < bar)) return ""; // NaN compares false
+    ceiling = std::max(ceiling, at_peak[i]);
+  }
+  return " peak " + value(ceiling, bar);
+}
+
 const Target* target_of(const std::string& name) {
   for (const Target& t : targets())
     if (std::find(t.cases.begin(), t.cases.end(), name) != t.cases.end()) return &t;
@@ -174,7 +187,11 @@ Expected<std::vector<Row>> rows_of(const std::string& file, const nlohmann::json
         row.cases[name].push_back(c[t->metric].get<double>());
         const std::string q3 = t->metric + "_q3";
         row.round_q3[name].push_back(c.contains(q3) && c[q3].is_number() ? c[q3].get<double>() : NAN);
-        if (c.contains("lane") && c["lane"].is_string()) lanes.insert(c["lane"].get<std::string>());
+        const std::string lane = c.contains("lane") && c["lane"].is_string() ? c["lane"].get<std::string>() : "";
+        const std::string peak = t->metric + "_at_peak";
+        row.at_peak[name].push_back(lane != "x86_amx" && c.contains(peak) && c[peak].is_number() ? c[peak].get<double>()
+                                                                                                 : NAN);
+        if (!lane.empty()) lanes.insert(lane);
         any = true;
       }
       row.runs += any;
@@ -256,7 +273,11 @@ std::string render(const std::vector<Row>& rows) {
   o << "\n## The newest results of each machine and lane set, case by case\n\n";
   o << "Lowest–highest over the block's runs; ✗ marks a case below its bar in at least one run,\n"
        "~ instead where each such run's rounds reached the bar (the upper quartile of the ratios of\n"
-       "its interleaved rounds, recorded since run as): a swing of the host, not a settled loss.\n\n";
+       "its interleaved rounds, recorded since run as): a swing of the host, not a settled loss.\n"
+       "`peak X` follows where even the host's FMA peak could not have met the bar: X is the\n"
+       "ratio fusor would have read at that peak in the same run (`onednn_ratio_at_peak`, the\n"
+       "highest over the runs below the bar; not for the x86_amx lane, which the FMA peak does\n"
+       "not bound), so the miss is the vector lanes' ceiling on that host, not their kernels'.\n\n";
   o << "| Case | Bar";
   for (const Row* r : latest)
     o << " | " << r->machine << "; " << r->lanes << " (" << r->file << ", " << r->block << ")";
@@ -273,8 +294,10 @@ std::string render(const std::vector<Row>& rows) {
           continue;
         }
         const auto [lo, hi] = std::minmax_element(it->second.begin(), it->second.end());
-        // rows_of records a q3 (or NaN) beside every value, so the case has its list.
-        o << " | " << range(*lo, *hi, t.bar) << (*lo < t.bar ? below_mark(it->second, r->round_q3.at(c), t.bar) : "");
+        // rows_of records a q3 and a ceiling (or NaN) beside every value, so the case has both lists.
+        o << " | " << range(*lo, *hi, t.bar);
+        if (*lo < t.bar)
+          o << below_mark(it->second, r->round_q3.at(c), t.bar) << ceiling_mark(it->second, r->at_peak.at(c), t.bar);
       }
       o << " |\n";
     }

@@ -43,6 +43,10 @@ struct Row {
   // Per value in `cases`: the upper quartile of that run's interleaved rounds' ratios
   // (`<metric>_q3`, recorded since run as), NaN where the run did not record it.
   std::map<std::string, std::vector<double>> round_q3;
+  // Per value in `cases`: the ratio fusor would have read at the host's FMA peak in that run
+  // (`<metric>_at_peak`), NaN where not recorded or where fusor's time was the x86_amx lane's,
+  // which the FMA peak does not bound.
+  std::map<std::string, std::vector<double>> at_peak;
 };
 
 // A target's values over a row's cases (none when the row holds none of them).

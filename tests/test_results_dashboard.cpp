@@ -23,6 +23,13 @@ const json kZen5 = {{"cpu_model", "AMD EPYC"},
 const json kAmx = {{"cpu_model", "Intel(R) Xeon(R) Processor"},
                    {"isa", "x86_64 avx2 fma avx512f amx | Intel(R) Xeon(R) Processor (family 6 model 207)"}};
 
+// The page of one results file holding these runs on Zen 5.
+std::string page_of(const json& runs) {
+  auto rows = rows_of("cpu-2026-12-04-as-dev.json", {{"machine", kZen5}, {"runs", runs}});
+  EXPECT_TRUE(rows.ok());
+  return rows.ok() ? render(*rows) : std::string();
+}
+
 TEST(ResultsDashboard, ReadsEveryRunLayoutWithRangesAndVerdicts) {
   // runs as {cases, machine} objects (fusor-bench --save), plus an AVX2 block of plain lists.
   const json doc = {
@@ -86,11 +93,6 @@ TEST(ResultsDashboard, BelowTheBarWithinTheRoundsIsASwing) {
     c["onednn_ratio_q3"] = q3;
     return c;
   };
-  const auto page_of = [](const json& runs) {
-    auto rows = rows_of("cpu-2026-12-04-as-dev.json", {{"machine", kZen5}, {"runs", runs}});
-    EXPECT_TRUE(rows.ok());
-    return rows.ok() ? render(*rows) : std::string();
-  };
   const std::string row = "| `gemm_bias_gelu_1024x1024x1024` | 0.95 | ";
   std::string page = page_of({{{"cases", {with_spread(0.94, 0.97)}}}, {{"cases", {with_spread(1.01, 1.05)}}}});
   EXPECT_NE(page.find(row + "0.94–1.01 ~ |"), std::string::npos) << page;
@@ -108,11 +110,6 @@ TEST(ResultsDashboard, MissesBeyondTheFmaPeakShowTheCeiling) {
     json c = {{"case", "gated_silu_512x768x2048"}, {"onednn_ratio", ratio}, {"lane", lane}};
     if (at_peak > 0) c["onednn_ratio_at_peak"] = at_peak;
     return c;
-  };
-  const auto page_of = [](const json& runs) {
-    auto rows = rows_of("cpu-2026-12-05-bb-dev.json", {{"machine", kZen5}, {"runs", runs}});
-    EXPECT_TRUE(rows.ok());
-    return rows.ok() ? render(*rows) : std::string();
   };
   const std::string row = "| `gated_silu_512x768x2048` | 1.20 | ";
   std::string page = page_of({{{"cases", {gated(1.06, 1.13)}}}, {{"cases", {gated(1.08, 1.16)}}}});

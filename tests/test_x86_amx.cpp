@@ -270,6 +270,16 @@ TEST(X86Amx, AttentionOverlapChangesOnlyTheOrder) {
   }
 }
 
+// testing::expect_causal_item_orders says what it covers (the lane's default is 0; the
+// emitted source shows it).
+TEST(X86Amx, AttentionCausalItemOrders) {
+  REQUIRE_AMX();
+  testing::expect_causal_item_orders("x86_amx");
+  EXPECT_NE(
+      testing::emitted_source("x86_amx", region_of("attention { causal = true }"), {}).find("const int by_head = 0;"),
+      std::string::npos);
+}
+
 // Infinite queries and keys take the f32 recomputation of their scores; a NaN value of a key
 // masked for earlier queries must reach only the queries that see it (a head whose V is not
 // all finite keeps the zmm P·V, which never multiplies masked keys).

@@ -351,6 +351,12 @@ TEST(X86Avx2, AttentionKPanelsStreamedOrNot) {
   testing::expect_k_panels_streamed_or_not("x86_avx2", "_mm256_stream_ps(dst");
 }
 
+// testing::expect_causal_item_orders says what it covers.
+TEST(X86Avx2, AttentionCausalItemOrders) {
+  REQUIRE_AVX2();
+  testing::expect_causal_item_orders("x86_avx2");
+}
+
 // testing::expect_masked_values_never_leak says what it covers.
 TEST(X86Avx2, AttentionMaskedValuesNeverLeak) {
   REQUIRE_AVX2();

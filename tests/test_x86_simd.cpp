@@ -348,6 +348,12 @@ TEST(X86Simd, AttentionKPanelsStreamedOrNot) {
   testing::expect_k_panels_streamed_or_not("x86_avx512", "_mm512_stream_ps(dst");
 }
 
+// testing::expect_causal_item_orders says what it covers.
+TEST(X86Simd, AttentionCausalItemOrders) {
+  REQUIRE_AVX512();
+  testing::expect_causal_item_orders("x86_avx512");
+}
+
 // testing::expect_masked_values_never_leak says what it covers.
 TEST(X86Simd, AttentionMaskedValuesNeverLeak) {
   REQUIRE_AVX512();

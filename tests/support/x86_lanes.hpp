@@ -431,6 +431,26 @@ inline void expect_k_panels_streamed_or_not(std::string_view name, std::string_v
   }
 }
 
+// Causal items in either order of heads (byhead = 0: the largest blocks of every head first,
+// 1: head after head, 2: head after head while there are at least 16 items per thread) match
+// the reference on lane `name`: eight heads of 150 rows (32 items of 12-row blocks, head after
+// head by default on two threads), one head of 200 rows (largest first by default), GQA and
+// 16-bit storage. The emitted order is the knob's.
+inline void expect_causal_item_orders(std::string_view name) {
+  for (const char* text :
+       {"attention { scale = 0.125; causal = true }", "attention { scale = 0.3; causal = true; storage = bf16 }"}) {
+    const Region region = region_of(text);
+    for (const char* byhead : {"0", "1", "2"}) {
+      const std::map<std::string, std::string> knobs{{"byhead", byhead}};
+      const std::string order = byhead[0] == '2' ? "nbh * nqb >= 16 * (int64_t)nthreads" : byhead;
+      EXPECT_NE(emitted_source(name, region, knobs).find("const int by_head = " + order + ";"), std::string::npos)
+          << name << " " << text << " byhead=" << byhead;
+      for (const ProblemShape& dims : {attention_dims(2, 4, 2, 150, 150, 64), attention_dims(1, 1, 1, 200, 200, 40)})
+        expect_matches_reference_on(name, region, dims, 61, 0.5, knobs);
+    }
+  }
+}
+
 // Attention calls with at most `fq` (default 8) query rows per head take lane `name`'s
 // few-query path: the rows of every query head sharing a KV head together (GQA), K and V read
 // in place, the keys split across threads when the items are few and the splits' softmax

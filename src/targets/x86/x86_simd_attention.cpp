@@ -123,6 +123,24 @@ bool streams_k_panels(const AttentionRegion& r, const Tuning& tuning) {
   return tuning.kstream && !tuning.amx && !r.k_transposed();
 }
 
+// Whether causal items go head after head (largest block first within a head), as a C
+// expression: the threads' consecutive items then read the same head's K and V, which stay in
+// cache between them. With the largest blocks of every head first, as before run ap, Ice Lake
+// took 1.16x the time at S = 2048 D = 128 and 1.04x at D = 64 on the zmm tiles, 1.4x and 1.08x
+// on the ymm tiles, the lent AMX host 1.04-1.05x on zmm and 1.12-1.13x on ymm; S = 512, whose
+// K and V fit L2, within 8 %. But the last head's largest items start late: with few items
+// per thread one of them ends the call alone. At S = 512 (12-row blocks, four per item, H = 8:
+// 88 items) the longest thread's share of the work is 1.002x the mean on 2 threads, 1.02x on
+// 8 and 1.11x on 16 head after head, against 1.000, 1.000 and 1.008 largest first (the
+// dynamic schedule's greedy order over the items' key panels); at S = 2048 on 16 threads
+// (344 items) 1.009 against 1.001. So by default (byhead = 2) heads go one after another
+// while there are at least 16 items per thread. The AMX lane keeps every head's largest blocks
+// first: head after head its tiles took 1.00x the time at D = 128 and 1.03x at D = 64.
+std::string causal_items_by_head(const Tuning& tuning) {
+  if (tuning.byhead != 2) return std::to_string(tuning.byhead);
+  return "nbh * nqb >= 16 * (int64_t)nthreads";
+}
+
 } // namespace
 
 std::string fenced_barrier() { return "    _mm_sfence();\n    #pragma omp barrier\n"; }
@@ -297,20 +315,15 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
        "; ++b_) memset(sp + b_ * spn + FUSOR_MR * NB, 0, sizeof(float) * (size_t)((MRP - FUSOR_MR) * NB));\n    }\n";
   if (causal) {
     // Causal items grow with their query block: the last blocks go first, so the dynamic
-    // schedule ends on small items instead of one thread finishing a large one alone. The
-    // vector lanes take the heads one after another (largest block first within a head): the
-    // threads' consecutive items read the same head's K and V, which stay in cache between
-    // them. With the largest blocks of every head first, as before run ap, Ice Lake took 1.16x
-    // the time at S = 2048 D = 128 and 1.04x at D = 64 on the zmm tiles, 1.4x and 1.08x on the
-    // ymm tiles, the lent AMX host 1.04-1.05x on zmm and 1.12-1.13x on ymm; S = 512, whose K
-    // and V fit L2, within 8 %. The AMX lane keeps every head's largest blocks first: head after
-    // head its tiles took 1.00x the time at D = 128 and 1.03x at D = 64.
+    // schedule ends on small items instead of one thread finishing a large one alone. In what
+    // order of heads, causal_items_by_head says.
     s += "    const int64_t nqb = fusor_cdiv(M, qs * FUSOR_MR);\n";
+    s += "    const int by_head = " + causal_items_by_head(tuning) + ";\n";
     s += "    #pragma omp for schedule(dynamic, 1)\n";
     s += "    for (int64_t item = 0; item < nbh * nqb; ++item) {\n";
     s += "      if (!(" + scratch_ok + ")) continue;\n";
-    s += amx ? "      const int64_t bh = item % nbh, q0 = (nqb - 1 - item / nbh) * qs * FUSOR_MR, qn = qs;\n"
-             : "      const int64_t bh = item / nqb, q0 = (nqb - 1 - item % nqb) * qs * FUSOR_MR, qn = qs;\n";
+    s += "      const int64_t bh = by_head ? item / nqb : item % nbh;\n";
+    s += "      const int64_t q0 = (nqb - 1 - (by_head ? item % nqb : item / nbh)) * qs * FUSOR_MR, qn = qs;\n";
   } else {
     // Items claimed guided-style from the (head, query block) sequence: up to qs blocks within
     // one head, but no more than a (2 x threads)th of what is left, so the last items are small

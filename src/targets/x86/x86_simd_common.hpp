@@ -94,6 +94,11 @@ struct Tuning {
   // Attention on the zmm and ymm tiles: K's packed panels are written with streaming stores
   // (streams_k_panels says why; 0: plain stores).
   int kstream = 1;
+  // Causal attention: the items (query blocks of a head) go head after head, largest block
+  // first within a head (1), or the largest blocks of every head first (0); 2: head after head
+  // while there are at least 16 items per thread (causal_items_by_head says why). The AMX
+  // lane's default is 0.
+  int byhead = 2;
   // GEMM-rooted kinds on the zmm and ymm tiles (no row reduction): threads out of items take
   // panels of others' last K blocks (steal_items in x86_simd_gemm.cpp; 0: the static split).
   int steal = 1;

@@ -55,7 +55,8 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
     // `stream` is the streaming kinds' and `bpf`, `ksub`, `epf`, `bfuse`, `bnext`, `bcopy` and
     // `srows`, `crows`, `llc`, `ksplit` the zmm and ymm tiles' (AMX's packing prefetches its own way;
     // its tiles sum in their own order and keep their own epilogue); `fq` is attention's
-    // few-query path, on zmm or ymm registers in all three lanes.
+    // few-query path, on zmm or ymm registers in all three lanes, and `byhead` causal
+    // attention's order of items in all three.
     enum class On { any, vector, amx };
     // hi_avx2: the ymm tile's bound where it differs (6 rows).
     struct Knob {
@@ -77,6 +78,7 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
         {"steal", &simd::Tuning::steal, 0, 1, On::vector},      {"lag", &simd::Tuning::lag, 0, 1000000, On::vector},
         {"crows", &simd::Tuning::crows, 0, 64, On::vector},     {"llc", &simd::Tuning::llc, 0, 1 << 30, On::vector},
         {"ksplit", &simd::Tuning::ksplit, 0, 1, On::vector},    {"kstream", &simd::Tuning::kstream, 0, 1, On::vector},
+        {"byhead", &simd::Tuning::byhead, 0, 2, On::any},
     };
     const Knob* knob = nullptr;
     std::string names;
@@ -103,6 +105,8 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
   // 2048^3 / gated 512x768->2048: 3.9-4.1 / 5.1-5.5 / 1.7 / 42.8 / 7.4 ms against 4.3 / 5.1-5.6
   // / 2.0 / 45.1 / 7.7 with 768.
   if (t.amx && !options.count("kc")) t.kc = 384;
+  // AMX's tiles gained nothing from the head-after-head order (x86_simd_attention.cpp).
+  if (t.amx && !options.count("byhead")) t.byhead = 0;
   return t;
 }
 

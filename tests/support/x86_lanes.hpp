@@ -433,9 +433,9 @@ inline void expect_k_panels_streamed_or_not(std::string_view name, std::string_v
 
 // Causal items in either order of heads (byhead = 0: the largest blocks of every head first,
 // 1: head after head, 2: head after head while there are at least 16 items per thread) match
-// the reference on lane `name`: eight heads of 150 rows (32 items of 12-row blocks, head after
-// head by default on two threads), one head of 200 rows (largest first by default), GQA and
-// 16-bit storage. The emitted order is the knob's.
+// the reference on lane `name`: eight heads of 150 rows (on the zmm tiles 32 items of four
+// 12-row blocks, head after head by default on two threads), one head of 200 rows (largest
+// first by default), GQA and 16-bit storage. The emitted order is the knob's.
 inline void expect_causal_item_orders(std::string_view name) {
   for (const char* text :
        {"attention { scale = 0.125; causal = true }", "attention { scale = 0.3; causal = true; storage = bf16 }"}) {

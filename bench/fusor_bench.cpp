@@ -729,6 +729,7 @@ json to_json(const Result& r, double copy_bytes, std::optional<double> peak) {
     j["gflops"] = r.work / r.fusor_ms / 1e6;
     for (const auto& [peer, ms] : r.peer_ms) j[peer + "_gflops"] = r.work / ms / 1e6;
     if (peak) {
+      j["fma_peak_gflops"] = *peak;
       j["fraction_of_peak"] = j["gflops"].get<double>() / *peak;
       for (const auto& [peer, ms] : r.peer_ms) j[peer + "_ratio_at_peak"] = ms / (r.work / *peak / 1e6);
     }
@@ -821,7 +822,10 @@ json machine(std::optional<double> peak, const std::optional<TileRate>& tiles) {
                 "0.1 ms timed in batches, the time per call); each peer's ratio also as the quartiles of the rounds' "
                 "ratios (<peer>_ratio_q1 / _q3); before each round a cache line's round trip between threads 0 and 1 "
                 "(cross_core_ns, the median): rounds over 150 ns are far (far_rounds), and each "
-                "peer's median ratio within near and far rounds (<peer>_ratio_near / _far, three rounds or more)";
+                "peer's median ratio within near and far rounds (<peer>_ratio_near / _far, three rounds or more); "
+                "fraction_of_peak and <peer>_ratio_at_peak against the case's fma_peak_gflops, the higher of the FMA "
+                "peak's readings just before and just after it (fma_peak_readings; the machine's fma_peak_gflops: the "
+                "run's first)";
   return m;
 }
 
@@ -897,7 +901,9 @@ int run(const Options& opt) {
   if (!host_has_avx512() && lane_choice().empty())
     std::fprintf(stderr, "fusor-bench: this host lacks AVX-512, so x86_avx512 and x86_amx decline; fusor's times are "
                          "the faster of the x86_avx2 lane's and the portable x86_c lane's\n");
-  const std::optional<double> peak = fma_peak_gflops();
+  // The FMA peak is read again after every case: a shared host's speed can move by 2x within
+  // minutes (run bd), so each case's ceiling is the higher of the readings around it.
+  std::optional<double> peak = fma_peak_gflops();
   json doc;
   doc["machine"] = machine(peak, tile_rate());
   doc["cases"] = json::array();
@@ -907,7 +913,12 @@ int run(const Options& opt) {
     if (opt.suite != "all" && e.suite != opt.suite) continue;
     if (!opt.filter.empty() && e.name.find(opt.filter) == std::string::npos) continue;
     const Result r = e.fn();
-    const json j = to_json(r, 8.0 * 4096 * 4096, peak);
+    std::optional<double> case_peak = peak;
+    json readings;
+    if (const std::optional<double> after = peak ? fma_peak_gflops() : std::nullopt)
+      readings = {*peak, *after}, case_peak = std::max(*peak, *after), peak = after;
+    json j = to_json(r, 8.0 * 4096 * 4096, case_peak);
+    if (j.contains("fma_peak_gflops") && !readings.is_null()) j["fma_peak_readings"] = readings;
     if (opt.json_lines)
       std::printf("%s\n", j.dump().c_str()), std::fflush(stdout);
     else

@@ -636,6 +636,22 @@ TEST_F(CliLanes, BenchSavesTheMachineWithItsTileRate) {
   const auto& m = doc.at("machine");
   EXPECT_GT(m.at("fma_peak_gflops").get<double>(), 0.0);
   EXPECT_EQ(doc.at("cases").size(), 1u);
+  // The case is held to its own peak, the higher of the readings before it (the run's first)
+  // and after it, and its fraction and ceilings are taken against that one.
+  const auto& c = doc.at("cases").at(0);
+  const double case_peak = c.at("fma_peak_gflops").get<double>();
+  const auto& readings = c.at("fma_peak_readings");
+  ASSERT_EQ(readings.size(), 2u);
+  EXPECT_EQ(readings.at(0).get<double>(), m.at("fma_peak_gflops").get<double>());
+  EXPECT_EQ(case_peak, std::max(readings.at(0).get<double>(), readings.at(1).get<double>()));
+  EXPECT_NEAR(c.at("fraction_of_peak").get<double>(), c.at("gflops").get<double>() / case_peak, 1e-9);
+  for (const auto& [key, value] : c.items())
+    if (key.size() > 14 && key.ends_with("_ratio_at_peak")) {
+      const std::string peer = key.substr(0, key.size() - 14);
+      EXPECT_NEAR(value.get<double>(), c.at(peer + "_ratio").get<double>() / c.at("fraction_of_peak").get<double>(),
+                  1e-9 * value.get<double>())
+          << key;
+    }
   const bool amx = !host_lacks_amx_bf16();
   EXPECT_EQ(m.contains("amx_tile_ns_per_product"), amx) << m.dump();
   if (!amx) return;

@@ -91,14 +91,21 @@ TEST(HostIsa, DescribesArchitectureFlagsAndModel) {
 
 // The last-level cache comes from sysfs in bytes (it writes "32768K"): at least the L2 that
 // glibc reports, a whole number of KiB, the same every call. The x86 lanes' cold-B rule
-// (Tuning::crows) compares B with it.
+// (Tuning::crows) compares B with it. The L2 (attention's claim rule, Tuning::l2) comes from
+// the same files: where sysfs lists one, a whole number of KiB, no larger than the last level.
 TEST(HostIsa, LastLevelCacheFromSysfs) {
-  const std::int64_t llc = host_llc_bytes();
+  const std::int64_t llc = host_llc_bytes(), l2_read = host_l2_bytes();
   EXPECT_EQ(llc, host_llc_bytes());
+  EXPECT_EQ(l2_read, host_l2_bytes());
   if (!std::ifstream("/sys/devices/system/cpu/cpu0/cache/index0/size"))
     GTEST_SKIP() << "no cache sizes in sysfs here: host_llc_bytes() is " << llc;
   EXPECT_GT(llc, 0);
   EXPECT_EQ(llc % 1024, 0) << llc;
+  EXPECT_EQ(l2_read % 1024, 0) << l2_read;
+  EXPECT_LE(l2_read, llc);
+  if (std::ifstream("/sys/devices/system/cpu/cpu0/cache/index2/size")) {
+    EXPECT_GT(l2_read, 0);
+  }
   const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
   if (l2 > 0) {
     EXPECT_GE(llc, l2) << "the L2 glibc reports is larger than the last level read from sysfs";

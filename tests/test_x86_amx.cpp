@@ -280,6 +280,12 @@ TEST(X86Amx, AttentionCausalItemOrders) {
       std::string::npos);
 }
 
+// testing::expect_query_block_claims says what it covers.
+TEST(X86Amx, AttentionQueryBlockClaims) {
+  REQUIRE_AMX();
+  testing::expect_query_block_claims("x86_amx");
+}
+
 // Infinite queries and keys take the f32 recomputation of their scores; a NaN value of a key
 // masked for earlier queries must reach only the queries that see it (a head whose V is not
 // all finite keeps the zmm P·V, which never multiplies masked keys).

@@ -354,6 +354,12 @@ TEST(X86Simd, AttentionCausalItemOrders) {
   testing::expect_causal_item_orders("x86_avx512");
 }
 
+// testing::expect_query_block_claims says what it covers.
+TEST(X86Simd, AttentionQueryBlockClaims) {
+  REQUIRE_AVX512();
+  testing::expect_query_block_claims("x86_avx512");
+}
+
 // testing::expect_masked_values_never_leak says what it covers.
 TEST(X86Simd, AttentionMaskedValuesNeverLeak) {
   REQUIRE_AVX512();

@@ -44,6 +44,8 @@ bool host_has_avx2_fma(); // avx2 + fma: what the x86_avx2 lane's kernels assume
 // The last-level cache one core of the host sees, in bytes (0: unknown). Read from sysfs: glibc's
 // sysconf(_SC_LEVEL3_CACHE_SIZE) reported 320 MiB on a Zen 4 VM whose L3 is 32 MiB.
 std::int64_t host_llc_bytes();
+// One core's L2 in bytes, from sysfs as host_llc_bytes (0: unknown or none).
+std::int64_t host_l2_bytes();
 // Why this process cannot run AMX bf16 tiles (nullopt: it can): the CPU lacks amx_tile or
 // amx_bf16, or the kernel refuses the tile state (arch_prctl ARCH_REQ_XCOMP_PERM, which
 // this asks for, once, as the x86_amx lane's kernels do).

@@ -3,6 +3,9 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #if defined(__linux__) && defined(__x86_64__)
 #include <sys/syscall.h>
@@ -69,22 +72,42 @@ bool host_has_avx512() {
 #endif
 }
 
-std::int64_t host_llc_bytes() {
-  static const std::int64_t bytes = [] {
-    std::int64_t best = 0, level_best = 0;
+namespace {
+
+// The data or unified caches one core of the host sees, from sysfs: (level, bytes) of each.
+const std::vector<std::pair<int, std::int64_t>>& host_caches() {
+  static const std::vector<std::pair<int, std::int64_t>> caches = [] {
+    std::vector<std::pair<int, std::int64_t>> found;
     for (int i = 0; i < 8; ++i) {
       const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
-      std::ifstream level_in(dir + "level"), size_in(dir + "size");
+      std::ifstream level_in(dir + "level"), size_in(dir + "size"), type_in(dir + "type");
       std::int64_t level = 0, size = 0;
+      std::string type;
       char unit = 0;
       if (!(level_in >> level) || !(size_in >> size)) continue;
+      if ((type_in >> type) && type == "Instruction") continue;
       size_in >> unit; // sysfs writes "32768K"
       size *= unit == 'K' ? 1024 : unit == 'M' ? 1024 * 1024 : 1;
-      if (level > level_best) best = size, level_best = level;
+      found.emplace_back(static_cast<int>(level), size);
     }
-    return best;
+    return found;
   }();
-  return bytes;
+  return caches;
+}
+
+} // namespace
+
+std::int64_t host_llc_bytes() {
+  std::int64_t best = 0, level_best = 0;
+  for (const auto& [level, size] : host_caches())
+    if (level > level_best) best = size, level_best = level;
+  return best;
+}
+
+std::int64_t host_l2_bytes() {
+  for (const auto& [level, size] : host_caches())
+    if (level == 2) return size;
+  return 0;
 }
 
 bool host_has_avx2_fma() {

@@ -451,6 +451,38 @@ inline void expect_causal_item_orders(std::string_view name) {
   }
 }
 
+// Non-causal query blocks claimed from per-thread ranges (claim = 1; 2, the default: while a
+// head's K and V fit in half of the L2, the host's or a 1 KiB one, which no head here fits) or
+// from one shared counter (claim = 0): the emitted claim is the knob's, and each matches the
+// reference on lane `name` on every thread and on one (serial: the calling thread owns the
+// first range and must take every other range's blocks from its back), over heads of many
+// blocks, one head of ragged blocks, GQA and 16-bit storage. Causal items never use ranges.
+inline void expect_query_block_claims(std::string_view name) {
+  const std::vector<std::map<std::string, std::string>> claims = {
+      {{"claim", "0"}}, {{"claim", "1"}}, {{"claim", "2"}}, {{"claim", "2"}, {"l2", "1"}}};
+  for (const char* text : {"attention { scale = 0.125 }", "attention { scale = 0.3; storage = bf16 }"}) {
+    const Region region = region_of(text);
+    for (const auto& claim : claims)
+      for (const char* serial : {"0", "1073741824"}) {
+        auto knobs = claim;
+        knobs["serial"] = serial;
+        const std::string source = emitted_source(name, region, knobs), c = claim.at("claim");
+        const bool tiny = claim.count("l2") != 0;
+        EXPECT_EQ(source.find("uint64_t range[") != std::string::npos, c != "0")
+            << name << " " << text << " claim=" << c;
+        EXPECT_EQ(source.find("const int nr = (double)(") != std::string::npos, c == "2")
+            << name << " " << text << " claim=" << c;
+        EXPECT_EQ(source.find(") <= 512.0 && ") != std::string::npos, tiny) << name << " " << text << " claim=" << c;
+        for (const ProblemShape& dims : {attention_dims(2, 4, 2, 150, 150, 64), attention_dims(1, 1, 1, 200, 77, 40),
+                                         attention_dims(1, 8, 8, 37, 300, 128)})
+          expect_matches_reference_on(name, region, dims, 63, 0.5, knobs);
+      }
+  }
+  EXPECT_EQ(emitted_source(name, region_of("attention { causal = true }"), {}).find("uint64_t range["),
+            std::string::npos)
+      << name;
+}
+
 // Attention calls with at most `fq` (default 8) query rows per head take lane `name`'s
 // few-query path: the rows of every query head sharing a KV head together (GQA), K and V read
 // in place, the keys split across threads when the items are few and the splits' softmax

@@ -141,6 +141,100 @@ std::string causal_items_by_head(const Tuning& tuning) {
   return "nbh * nqb >= 16 * (int64_t)nthreads";
 }
 
+// Non-causal items: runs of up to qs query blocks of one head, from the (head, query block)
+// sequence of nall blocks. Each run's blocks read all of their head's K and V.
+//
+// With ranges (claim = 1) every thread owns a contiguous range of the sequence (a word of
+// `range`: next block in bits 0-31, past-the-end in 32-63) and takes runs from its front, at
+// most half of what is left of it and at least two blocks, so it stays on one or two heads,
+// those whose K it packed; a thread out of blocks takes half of what is left at the back of
+// the range with most (a faster core does more). With claim = 0 every run comes from one
+// shared counter, guided-style (no more than a (2 x threads)th of what is left), so on 16
+// threads each thread's next run is about 16 runs on, nearly always in another head, and
+// four to eight threads read a head at once. Lent host, 16 threads, same-run ratios against
+// oneDNN, ranges against the counter: at S = 512, whose heads' K and V fit in half an L2 (2
+// MiB), the zmm tiles 1.41-1.98 / 1.21-1.72 at D = 64 / 128 against 1.21-1.44 / 1.10-1.24
+// (five passes each), the AMX tiles 0.77-1.32 / 0.85-1.20 against 0.84-1.05 / 0.75-0.97
+// (eight); at S = 2048, whose K and V do not (but for the zmm tiles at D = 64: 1 MiB), the
+// AMX tiles 2.07-2.80 / 1.37-2.34 against 2.24-2.89 / 1.68-2.51 (six), the zmm tiles 2.22-2.27
+// / 1.72-1.89 against 2.19-2.39 / 1.93-2.03 (two). So by default (claim = 2) a thread keeps to
+// its range while a head's K and V, as the lane keeps them, fit in half of its L2 (Tuning::l2).
+// (Both kinds took the place of a counter handing out equal runs, which left one thread
+// waiting up to 15 % of the call at the end when the two cores' tile rates differed.)
+std::string query_block_ranges(const Tuning& tuning) {
+  std::string s = "  const int64_t nqm = fusor_cdiv(M, FUSOR_MR), nall = nbh * nqm;\n";
+  s += "  int64_t claim = 0; /* claim = 0: the next block no thread has taken */\n";
+  if (tuning.claim == 0) return s;
+  s += "  enum { FUSOR_RANGES = 256 };\n";
+  s += "  uint64_t range[FUSOR_RANGES];\n";
+  std::string when;
+  if (tuning.claim == 2) {
+    // A head's K and V in bytes: the AMX tiles' bf16 parts, the vector lanes' f32 panels.
+    const std::string head_bytes = tuning.amx ? "2 * Nk * (D * FUSOR_NSB + Dv * FUSOR_NSV)" : "4 * Nk * (D + Dv)";
+    when = "(double)(" + head_bytes + ") <= " + std::to_string(512LL * tuning.l2) + ".0 && ";
+  }
+  s += "  const int nr = " + when +
+       "nall < ((int64_t)1 << 31) ? (nthreads < FUSOR_RANGES ? nthreads : FUSOR_RANGES) : 0;\n";
+  s += "  for (int t = 0; t < nr; ++t)\n";
+  s += "    range[t] = (uint64_t)(t * nall / nr) | (uint64_t)((t + 1) * nall / nr) << 32;\n";
+  return s;
+}
+
+// Emitted: sets u (first block) and qn (blocks, 0 when none is left) of the thread's next run
+// (query_block_ranges says how; nr = 0: from the counter).
+std::string claim_query_blocks(const Tuning& tuning) {
+  const std::string counter =
+      "        u = __atomic_load_n(&claim, __ATOMIC_RELAXED);\n"
+      "        while (u < nall) {\n"
+      "          const int64_t in_head = nqm - u % nqm;\n"
+      "          qn = fusor_cdiv(nall - u, 2 * nthreads);\n"
+      "          qn = qn < 2 ? 2 : qn;\n"
+      "          qn = qn > qs ? qs : qn; /* the scratch holds qs blocks */\n"
+      "          qn = qn > in_head ? in_head : qn;\n"
+      "          if (__atomic_compare_exchange_n(&claim, &u, u + qn, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) break;\n"
+      "        }\n"
+      "        if (u >= nall) qn = 0;\n";
+  if (tuning.claim == 0) return "      {\n" + counter + "      }\n";
+  std::string s = "      if (nr == 0) {\n" + counter + "      } else {\n";
+  s += "        int me = 0;\n#ifdef _OPENMP\n        me = omp_get_thread_num();\n#endif\n";
+  // Own range: from the front.
+  s += "        if (me < nr) {\n";
+  s += "          uint64_t w = __atomic_load_n(range + me, __ATOMIC_RELAXED);\n";
+  s += "          for (;;) {\n";
+  s += "            const int64_t lo = (int64_t)(w & 0xFFFFFFFFu), hi = (int64_t)(w >> 32);\n";
+  s += "            if (lo >= hi) { qn = 0; break; }\n";
+  s += "            const int64_t in_head = nqm - lo % nqm;\n";
+  s += "            qn = fusor_cdiv(hi - lo, 2);\n";
+  s += "            qn = qn < 2 ? 2 : qn;\n";
+  s += "            qn = qn > qs ? qs : qn;\n";
+  s += "            qn = qn > in_head ? in_head : qn;\n";
+  s += "            qn = qn > hi - lo ? hi - lo : qn;\n";
+  s += "            u = lo;\n";
+  s += "            if (__atomic_compare_exchange_n(range + me, &w, (uint64_t)(lo + qn) | (uint64_t)hi << 32, 0,\n";
+  s += "                                            __ATOMIC_RELAXED, __ATOMIC_RELAXED)) break;\n";
+  s += "          }\n        }\n";
+  // Out of own blocks: from the back of the range with most left; none left anywhere ends.
+  s += "        while (qn == 0) {\n";
+  s += "          int victim = -1;\n          int64_t most = 0;\n";
+  s += "          for (int t = 0; t < nr; ++t) {\n";
+  s += "            const uint64_t w = __atomic_load_n(range + t, __ATOMIC_RELAXED);\n";
+  s += "            const int64_t left = (int64_t)(w >> 32) - (int64_t)(w & 0xFFFFFFFFu);\n";
+  s += "            if (left > most) most = left, victim = t;\n";
+  s += "          }\n";
+  s += "          if (victim < 0) break;\n";
+  s += "          uint64_t w = __atomic_load_n(range + victim, __ATOMIC_RELAXED);\n";
+  s += "          const int64_t lo = (int64_t)(w & 0xFFFFFFFFu), hi = (int64_t)(w >> 32);\n";
+  s += "          if (lo >= hi) continue;\n";
+  s += "          const int64_t in_head = (hi - 1) % nqm + 1;\n";
+  s += "          int64_t take = fusor_cdiv(hi - lo, 2);\n";
+  s += "          take = take > qs ? qs : take;\n";
+  s += "          take = take > in_head ? in_head : take;\n";
+  s += "          if (__atomic_compare_exchange_n(range + victim, &w, (uint64_t)lo | (uint64_t)(hi - take) << 32, 0,\n";
+  s += "                                          __ATOMIC_RELAXED, __ATOMIC_RELAXED))\n";
+  s += "            u = hi - take, qn = take;\n";
+  s += "        }\n      }\n";
+  return s;
+}
 } // namespace
 
 std::string fenced_barrier() { return "    _mm_sfence();\n    #pragma omp barrier\n"; }
@@ -234,7 +328,7 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
     s += "  if (!vf) return 2;\n";
   }
   s += "  int failed = 0;\n";
-  if (!causal) s += "  int64_t claim = 0; /* the next (head, query block) no thread has taken */\n";
+  if (!causal) s += query_block_ranges(tuning);
   s += "  " + omp_parallel("nbh * M * Nk * (D + Dv)") + "\n  {\n";
   if (amx) s += "    fusor_amx_config();\n";
   // K of every KV head, packed once: [head][key panel][D][32], keys past Nk zero.
@@ -325,23 +419,11 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
     s += "      const int64_t bh = by_head ? item / nqb : item % nbh;\n";
     s += "      const int64_t q0 = (nqb - 1 - (by_head ? item % nqb : item / nbh)) * qs * FUSOR_MR, qn = qs;\n";
   } else {
-    // Items claimed guided-style from the (head, query block) sequence: up to qs blocks within
-    // one head, but no more than a (2 x threads)th of what is left, so the last items are small
-    // and a thread that finishes early (a core running faster) takes more of them; equal items
-    // left one thread waiting up to 15 % of the call at the end when the two cores' tile rates
-    // differed.
-    s += "    const int64_t nqm = fusor_cdiv(M, FUSOR_MR), nall = nbh * nqm;\n";
+    // Items of up to qs query blocks within one head (claim_query_blocks).
     s += "    for (;;) {\n";
-    s += "      int64_t u = __atomic_load_n(&claim, __ATOMIC_RELAXED), qn = 0;\n";
-    s += "      while (u < nall) {\n";
-    s += "        const int64_t in_head = nqm - u % nqm;\n";
-    s += "        qn = fusor_cdiv(nall - u, 2 * nthreads);\n";
-    s += "        qn = qn < 2 ? 2 : qn;\n";
-    s += "        qn = qn > qs ? qs : qn; /* the scratch holds qs blocks */\n";
-    s += "        qn = qn > in_head ? in_head : qn;\n";
-    s += "        if (__atomic_compare_exchange_n(&claim, &u, u + qn, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) break;\n";
-    s += "      }\n";
-    s += "      if (u >= nall) break;\n";
+    s += "      int64_t u = 0, qn = 0;\n";
+    s += claim_query_blocks(tuning);
+    s += "      if (qn == 0) break;\n";
     s += "      if (!(" + scratch_ok + ")) continue;\n";
     s += "      const int64_t bh = u / nqm, q0 = (u % nqm) * FUSOR_MR;\n";
   }

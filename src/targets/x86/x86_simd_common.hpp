@@ -94,6 +94,14 @@ struct Tuning {
   // Attention on the zmm and ymm tiles: K's packed panels are written with streaming stores
   // (streams_k_panels says why; 0: plain stores).
   int kstream = 1;
+  // Non-causal attention: each thread takes runs of query blocks from its own range of the
+  // (head, query block) sequence first (1), or every thread from one shared counter (0); 2:
+  // ranges while a head's K and V, as the lane keeps them, fit in half of an L2 of l2 KiB
+  // (query_block_ranges in x86_simd_attention.cpp says why).
+  int claim = 2;
+  // One core's L2 in KiB that claim = 2 compares a head's K and V with; -1: the host's
+  // (host_l2_bytes), 0: unknown, so the counter. A test knob.
+  int l2 = -1;
   // Causal attention: the items (query blocks of a head) go head after head, largest block
   // first within a head (1), or the largest blocks of every head first (0); 2: head after head
   // while there are at least 16 items per thread (causal_items_by_head says why). The AMX

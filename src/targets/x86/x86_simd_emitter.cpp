@@ -78,7 +78,8 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
         {"steal", &simd::Tuning::steal, 0, 1, On::vector},      {"lag", &simd::Tuning::lag, 0, 1000000, On::vector},
         {"crows", &simd::Tuning::crows, 0, 64, On::vector},     {"llc", &simd::Tuning::llc, 0, 1 << 30, On::vector},
         {"ksplit", &simd::Tuning::ksplit, 0, 1, On::vector},    {"kstream", &simd::Tuning::kstream, 0, 1, On::vector},
-        {"byhead", &simd::Tuning::byhead, 0, 2, On::any},
+        {"byhead", &simd::Tuning::byhead, 0, 2, On::any},       {"claim", &simd::Tuning::claim, 0, 2, On::any},
+        {"l2", &simd::Tuning::l2, 0, 1 << 30, On::any},
     };
     const Knob* knob = nullptr;
     std::string names;
@@ -100,6 +101,7 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
   // Attention's default query block: one 12-row P·V tile (x86_simd_attention.cpp says why).
   if (kind == RegionKind::attention && !options.count("mr")) t.mr = t.avx2 ? 6 : 12;
   if (t.llc < 0) t.llc = static_cast<int>(std::min<std::int64_t>(host_llc_bytes() / 1024, 1 << 30));
+  if (t.l2 < 0) t.l2 = static_cast<int>(std::min<std::int64_t>(host_l2_bytes() / 1024, 1 << 30));
   // AMX's K block: 384 keeps a 512-row A block (three bf16 parts) within 1 MiB of L2, so B is
   // packed once per K block; best of 30 calls at 512x2048x768 / 1024^3 / 128x3072x768 /
   // 2048^3 / gated 512x768->2048: 3.9-4.1 / 5.1-5.5 / 1.7 / 42.8 / 7.4 ms against 4.3 / 5.1-5.6

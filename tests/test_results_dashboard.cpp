@@ -73,6 +73,13 @@ TEST(ResultsDashboard, ReadsEveryRunLayoutWithRangesAndVerdicts) {
   EXPECT_EQ(avx2.block, "avx2_runs");
   EXPECT_EQ(avx2.runs, 1);
   EXPECT_EQ(avx2.machine, "AMD EPYC (family 26 model 2), AVX-512");
+  // A machine that records its threads is labelled with them.
+  json on16 = kAmx;
+  on16["threads"] = 16;
+  auto lent = rows_of("cpu-2026-12-05-be-lent.json", {{"machine", on16}, {"runs", {{gemm_case(1.1)}}}});
+  ASSERT_TRUE(lent.ok()) << lent.error().str();
+  ASSERT_EQ(lent->size(), 1u);
+  EXPECT_EQ((*lent)[0].machine, "Intel Xeon (family 6 model 207), AMX, 16 threads");
   EXPECT_EQ(avx2.lanes, "x86_avx2");
 
   const std::string page = render(*rows);

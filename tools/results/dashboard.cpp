@@ -41,8 +41,9 @@ Error bad(const std::string& file, const std::string& what) {
   return make_error(ErrorCode::parse, "results file " + file + ": " + what);
 }
 
-// "Intel(R) Xeon(R) Processor" + "... amx | Intel(R) ... (family 6 model 207)" ->
-// "Intel Xeon (family 6 model 207), AMX".
+// "Intel(R) Xeon(R) Processor" + "... amx | Intel(R) ... (family 6 model 207)" + threads 16 ->
+// "Intel Xeon (family 6 model 207), AMX, 16 threads". The thread count keeps apart the runs of
+// one CPU on a two-core VM and on the lent host's 16 cores.
 std::string machine_label(const nlohmann::json& machine) {
   const auto text = [&](const char* key) {
     const auto it = machine.find(key);
@@ -59,7 +60,11 @@ std::string machine_label(const nlohmann::json& machine) {
   const char* cls = flags.find(" amx ") != std::string::npos       ? "AMX"
                     : flags.find(" avx512f ") != std::string::npos ? "AVX-512"
                                                                    : "AVX2";
-  return model + ", " + cls;
+  const auto threads = machine.find("threads");
+  const std::string on = threads != machine.end() && threads->is_number_integer()
+                             ? ", " + std::to_string(threads->get<std::int64_t>()) + " threads"
+                             : std::string();
+  return model + ", " + cls + on;
 }
 
 // The session letters and date of a results file name: cpu-2026-12-02-aj-lent.json.

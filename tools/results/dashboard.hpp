@@ -36,7 +36,7 @@ struct Row {
   std::string block;   // the key the runs sit under
   std::string run_id;  // the session's letters (aj), or "" when the name has none
   std::string date;    // 2026-12-02
-  std::string machine; // cpu model and the ISA class: "AMD EPYC, AVX-512"
+  std::string machine; // cpu model, ISA class and threads: "AMD EPYC, AVX-512, 2 threads"
   std::string lanes;   // lanes the cases ran on, comma-separated ("-" when not recorded)
   int runs = 0;
   std::map<std::string, std::vector<double>> cases; // metric values by case name

@@ -235,6 +235,7 @@ std::string claim_query_blocks(const Tuning& tuning) {
   s += "        }\n      }\n";
   return s;
 }
+
 } // namespace
 
 std::string fenced_barrier() { return "    _mm_sfence();\n    #pragma omp barrier\n"; }

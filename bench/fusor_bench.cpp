@@ -12,11 +12,13 @@
 // `fusor bench` execs this program.
 //
 //   fusor-bench SUITE [--filter TEXT] [--json] [--save FILE] [--min-ms MS] [--lane LANE] [--knob K=V]
+//               [--shape MxNxK ...]
 //   SUITE: gemm | gated | attention | norm | pointwise | all
 #include <algorithm>
 #include <array>
 #include <cerrno>
 #include <chrono>
+#include <cinttypes>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -68,6 +70,18 @@ using json = nlohmann::json;
 [[noreturn]] void die(const std::string& what) {
   std::fprintf(stderr, "fusor-bench: %s\n", what.c_str());
   std::exit(2);
+}
+
+// "MxNxK" with three positive integers, for --shape.
+std::array<std::int64_t, 3> parse_shape(const std::string& text) {
+  std::array<std::int64_t, 3> d{};
+  char x1 = 0, x2 = 0;
+  int used = 0;
+  const int got =
+      std::sscanf(text.c_str(), "%" SCNd64 "%c%" SCNd64 "%c%" SCNd64 "%n", &d[0], &x1, &d[1], &x2, &d[2], &used);
+  if (got != 5 || x1 != 'x' || x2 != 'x' || used != static_cast<int>(text.size()) || d[0] < 1 || d[1] < 1 || d[2] < 1)
+    die("--shape takes MxNxK with three positive integers (e.g. 24x4096x4096), not '" + text + "'");
+  return d;
 }
 
 template <class T> T must(Expected<T> e, const std::string& what) {
@@ -300,6 +314,8 @@ struct Options {
   std::string suite, filter, save;
   bool json_lines = false;
   double min_ms = 1500;
+  // --shape: GEMM + bias + GELU cases of these M x N x K in place of the suite's listed ones.
+  std::vector<std::array<std::int64_t, 3>> shapes;
 };
 
 #ifdef FUSOR_BENCH_ONEDNN
@@ -897,6 +913,11 @@ int run(const Options& opt) {
       {"pointwise", "pointwise_swish_gate_4096x4096", [&] { return bench_pointwise(false, 4096, 4096, opt); }});
   entries.push_back(
       {"pointwise", "pointwise_reduce_sumsq_4096x4096", [&] { return bench_pointwise(true, 4096, 4096, opt); }});
+  if (!opt.shapes.empty()) entries.clear(); // --shape: only the caller's shapes
+  for (auto [m, n, k] : opt.shapes) {
+    const std::string nm = "gemm_bias_gelu_" + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k);
+    entries.push_back({"gemm", nm, [=, &opt] { return bench_fused(nm, m, n, k, false, opt); }});
+  }
 
   if (!host_has_avx512() && lane_choice().empty())
     std::fprintf(stderr, "fusor-bench: this host lacks AVX-512, so x86_avx512 and x86_amx decline; fusor's times are "
@@ -981,16 +1002,20 @@ int main(int argc, char** argv) {
       fusor::bench::knobs()[kv.substr(0, eq)] = kv.substr(eq + 1);
     } else if (a == "--min-ms")
       opt.min_ms = std::atof(value().c_str());
+    else if (a == "--shape")
+      opt.shapes.push_back(fusor::bench::parse_shape(value()));
     else if (a == "-h" || a == "--help") {
       std::printf(
           "usage: fusor-bench SUITE [--filter TEXT] [--json] [--save FILE] [--min-ms MS] [--knob KEY=VALUE]\n"
-          "       [--lane x86_amx|x86_avx512|x86_avx2]\n"
+          "       [--lane x86_amx|x86_avx512|x86_avx2] [--shape MxNxK ...]\n"
           "SUITE: gemm | gated | attention | norm | pointwise | small | all (small: shapes where fixed costs show)\n"
           "--lane: the one lane of every case whose kind it computes (x86_amx: GEMM-rooted and attention; the "
           "others keep the base lane). Default: GEMM-rooted and attention cases on x86_amx and x86_avx512 where "
           "the host has AMX, the faster one's time fusor's, as its arbiter picks, else x86_avx512; every other "
           "case on x86_avx512. A host without AVX-512 runs every case on x86_avx2 and the portable x86_c lane, "
-          "the faster one's time fusor's\n");
+          "the faster one's time fusor's\n"
+          "--shape MxNxK (repeatable): f32 GEMM + bias + GELU cases of these shapes instead of the listed ones "
+          "(SUITE then gemm, all or left out)\n");
       return 0;
     } else if (opt.suite.empty() && a[0] != '-')
       opt.suite = a;
@@ -998,7 +1023,10 @@ int main(int argc, char** argv) {
       fusor::bench::die("unknown argument '" + a + "' (see --help)");
   }
   const std::string suites = "gemm | gated | attention | norm | pointwise | small | all";
+  if (opt.suite.empty() && !opt.shapes.empty()) opt.suite = "gemm";
   if (opt.suite.empty()) fusor::bench::die("missing SUITE (" + suites + ")");
+  if (!opt.shapes.empty() && opt.suite != "gemm" && opt.suite != "all")
+    fusor::bench::die("--shape adds GEMM cases: SUITE must be gemm or all, not '" + opt.suite + "'");
   if (opt.suite != "all" && opt.suite != "gemm" && opt.suite != "gated" && opt.suite != "attention" &&
       opt.suite != "norm" && opt.suite != "pointwise" && opt.suite != "small")
     fusor::bench::die("unknown suite '" + opt.suite + "' (" + suites + ")");

@@ -555,6 +555,31 @@ TEST_F(CliLanes, BenchPrintsOneJsonObjectPerCase) {
   EXPECT_TRUE(ja.at("verified").get<bool>());
 }
 
+// `fusor bench --shape MxNxK`: the caller's GEMM shapes in place of the listed cases, each
+// checked by the oracle and timed against the same peers; a malformed shape or a suite that
+// holds no GEMM is refused with the reason.
+TEST_F(CliLanes, BenchRunsTheCallersShapes) {
+  if (!fs::exists(fs::path(FUSOR_BIN).parent_path() / "fusor-bench")) GTEST_SKIP() << "fusor-bench is not built";
+  const auto r = fusor_env("bench --shape 17x300x40 --shape 3x513x9 --json --min-ms 1");
+  ASSERT_EQ(r.code, 0) << r.err << r.out;
+  std::istringstream lines(r.out);
+  std::vector<std::string> cases;
+  for (std::string line; std::getline(lines, line);) {
+    const auto j = nlohmann::json::parse(line);
+    cases.push_back(j.at("case").get<std::string>());
+    EXPECT_TRUE(j.at("verified").get<bool>()) << line;
+    EXPECT_GT(j.at("fusor_ms").get<double>(), 0.0) << line;
+  }
+  EXPECT_EQ(cases, (std::vector<std::string>{"gemm_bias_gelu_17x300x40", "gemm_bias_gelu_3x513x9"})) << r.out;
+  const auto bad = fusor_env("bench --shape 17x300");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("--shape takes MxNxK"), std::string::npos) << bad.err;
+  const auto norm = fusor_env("bench norm --shape 4x300x40");
+  EXPECT_EQ(norm.code, 2);
+  EXPECT_NE(norm.err.find("SUITE must be gemm or all"), std::string::npos) << norm.err;
+  EXPECT_EQ(fusor_env("bench").code, 2); // neither a suite nor a shape
+}
+
 // What `fusor emit` writes is C a user may build with their own flags: every example region's
 // kernel on the SIMD lanes compiles without a warning under -Wall -Wextra (unused names
 // aside, as fusor's own compile allows them), optimised so flow-based warnings run too.

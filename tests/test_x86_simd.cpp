@@ -208,7 +208,8 @@ TEST(X86Simd, MatmulAndGatedRagged) {
 
 // Narrow GEMMs (N <= 256, f32, row-major, no prologue) read A and B in place, with edge
 // panels as smaller tiles and rows split in blocks of 4, and fewer than 8 rows stream B
-// unpacked (2 to 13 rows through the row path's register block); the other GEMMs keep packing.
+// unpacked (2 to 13 rows through the row path's register block, more where B or each thread's
+// share of it is large); the other GEMMs keep packing.
 TEST(X86Simd, NarrowGemmReadsOperandsInPlace) {
   REQUIRE_AVX512();
   const auto source = [](const char* text) {
@@ -220,11 +221,13 @@ TEST(X86Simd, NarrowGemmReadsOperandsInPlace) {
   for (const char* text : testing::kInPlaceGemmRegions) {
     EXPECT_NE(source(text).find("fusor_ukr_direct("), std::string::npos) << text;
     EXPECT_NE(source(text).find("if (M < 8 && !direct)"), std::string::npos) << text;
-    // 2 to 13 rows; 14 to 24 where B is larger than the host's last-level cache.
+    // 2 to 13 rows; 14 to 24 where B is larger than the host's last-level cache; 14 to 32 where
+    // each thread has 1024 columns or more.
     const std::string llc = std::to_string(host_llc_bytes()) + ".0";
+    const std::string wide = " || (M < 33 && N >= (int64_t)1024 * wnt)";
     EXPECT_NE(source(text).find(host_llc_bytes() > 0 ? "if (M >= 2 && (M < 14 || (M < 25 && 4.0 * (double)K * N > " +
-                                                           llc + ")) && !direct)"
-                                                     : "if (M >= 2 && M < 14 && !direct)"),
+                                                           llc + ")" + wide + ") && !direct)"
+                                                     : "if (M >= 2 && (M < 14" + wide + ") && !direct)"),
               std::string::npos)
         << text;
     for (const ProblemShape& dims : testing::kInPlaceShapes) expect_matches_reference(region_of(text), dims, 40, 0.5);
@@ -241,6 +244,12 @@ TEST(X86Simd, NarrowGemmReadsOperandsInPlace) {
 TEST(X86Simd, ColdBRowsPath) {
   REQUIRE_AVX512();
   testing::expect_cold_b_rows_path("x86_avx512");
+}
+
+// Up to 32 rows take the row path where each thread has wcols columns or more (Tuning::wrows).
+TEST(X86Simd, WideBRowsPath) {
+  REQUIRE_AVX512();
+  testing::expect_wide_b_rows_path("x86_avx512");
 }
 
 TEST(X86Simd, SkinnyPathSplitsKOrColumns) {

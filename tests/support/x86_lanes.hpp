@@ -223,6 +223,23 @@ inline void expect_cold_b_rows_path(std::string_view name) {
   }
 }
 
+// Where each thread's share of the columns is at least wcols (32 here, so any N > 256 is), rows
+// below wrows take the row path; its 14-32 rows match the reference on lane `name`, and the
+// emitted test names both bounds.
+inline void expect_wide_b_rows_path(std::string_view name) {
+  const std::map<std::string, std::string> knobs{{"wrows", "33"}, {"wcols", "32"}};
+  for (const char* text : kInPlaceGemmRegions) {
+    const Region region = region_of(text);
+    EmitOptions eo;
+    eo.options = knobs;
+    auto src = x86_candidate(region_kind(region), name)->emit(region, eo);
+    ASSERT_TRUE(src.ok()) << src.error().str();
+    EXPECT_NE(src->source.find("(M < 33 && N >= (int64_t)32 * wnt)"), std::string::npos) << name << " " << text;
+    for (const ProblemShape& dims : {gemm(14, 300, 1001), gemm(24, 2100, 260), gemm(32, 513, 700)})
+      expect_matches_reference_on(name, region, dims, 59, 0.5, knobs);
+  }
+}
+
 // The skinny path (rows below the row path's, N > 256) with K split between the threads (the
 // default) and with the columns split: both match the reference, a thread whose share of K is
 // empty (K under 8 rows a thread) included, in every in-place GEMM kind.

@@ -1,4 +1,4 @@
-// `fusor bench SUITE [--filter TEXT] [--json] [--save FILE] [--lane LANE]`: runs fusor-bench,
+// `fusor bench SUITE [--filter TEXT] [--json] [--save FILE] [--lane LANE] [--shape MxNxK ...]`: runs fusor-bench,
 // the CPU benchmark of the x86 lanes against oneDNN and OpenBLAS (bench/fusor_bench.cpp). It
 // is a separate program so the CLI never links the peers' libraries.
 #include <unistd.h>
@@ -22,6 +22,7 @@ struct BenchOptions {
   std::string save;
   double min_ms = 0;
   std::string lane;
+  std::vector<std::string> shapes;
 };
 
 // fusor-bench next to this executable (the build tree and an install both keep them
@@ -37,7 +38,13 @@ std::string bench_program() {
 }
 
 int run_bench(const BenchOptions& o) {
-  std::vector<std::string> args{bench_program(), o.suite};
+  if (o.suite.empty() && o.shapes.empty()) {
+    std::cerr << "fusor bench: name a SUITE (gemm | gated | attention | norm | pointwise | small | all) or --shape\n";
+    return kExitUserError;
+  }
+  std::vector<std::string> args{bench_program()};
+  if (!o.suite.empty()) args.push_back(o.suite);
+  for (const auto& shape : o.shapes) args.insert(args.end(), {"--shape", shape});
   if (!o.filter.empty()) args.insert(args.end(), {"--filter", o.filter});
   if (o.json) args.push_back("--json");
   if (!o.save.empty()) args.insert(args.end(), {"--save", o.save});
@@ -60,8 +67,9 @@ Command add_bench_command(CLI::App& app) {
   CLI::App* sub =
       app.add_subcommand("bench", "Benchmark fusor's x86 lanes against oneDNN and OpenBLAS: per case "
                                   "fusor's time and lane, each peer's, the ratio, GFLOP/s or GB/s, the oracle's error");
-  sub->add_option("SUITE", o->suite, "gemm | gated | attention | norm | pointwise | small | all")
-      ->required()
+  sub->add_option("SUITE", o->suite,
+                  "gemm | gated | attention | norm | pointwise | small | all (with --shape: gemm, all or "
+                  "none)")
       ->check(CLI::IsMember({"gemm", "gated", "attention", "norm", "pointwise", "small", "all"}));
   sub->add_option("--filter", o->filter, "Only cases whose name contains TEXT");
   sub->add_flag("--json", o->json, "One JSON object per line per case");
@@ -74,6 +82,9 @@ Command add_bench_command(CLI::App& app) {
                   "case on x86_avx512; without AVX-512, every case on x86_avx2 and the portable x86_c lane, the "
                   "faster one's")
       ->check(CLI::IsMember({"x86_amx", "x86_avx512", "x86_avx2"}));
+  sub->add_option("--shape", o->shapes,
+                  "MxNxK: f32 GEMM + bias + GELU at this shape, against the same peers, in place of the suite's "
+                  "listed cases (repeatable)");
   return {sub, [o] { return run_bench(*o); }};
 }
 

@@ -82,6 +82,14 @@ struct Tuning {
   // last-level cache (llc), so that it comes from memory at every call (row_run_gemm says why;
   // 0 or <= srows: never). The ymm lane's default is 0.
   int crows = 25;
+  // The row path's strip of columns (runc in row_run_gemm, a multiple of 32; 0: its own rule).
+  // For A/B runs.
+  int runc = 0;
+  // With srows: rows below wrows take the row path too where each thread's share of the columns
+  // is at least wcols (row_run_gemm says why; wrows <= srows: never). The ymm lane's default
+  // wrows is 0.
+  int wrows = 33;
+  int wcols = 1024;
   // The last-level cache's size in KiB that crows compares B with; -1: the host's
   // (host_llc_bytes), 0: unknown, so crows never applies. A test knob.
   int llc = -1;

@@ -45,8 +45,8 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
   simd::Tuning t;
   t.amx = lane == kAmxLane;
   t.avx2 = lane == kAvx2Lane;
-  if (t.avx2) t.mr = 6;                  // 12 ymm accumulators, two B vectors and a broadcast: all 16 registers
-  if (t.avx2) t.srows = 16, t.crows = 0; // the ymm row path: see Tuning::srows
+  if (t.avx2) t.mr = 6; // 12 ymm accumulators, two B vectors and a broadcast: all 16 registers
+  if (t.avx2) t.srows = 16, t.crows = 0, t.wrows = 0; // the ymm row path: see Tuning::srows
   for (const auto& [key, value] : options) {
     int v = 0;
     const auto res = std::from_chars(value.data(), value.data() + value.size(), v);
@@ -67,19 +67,34 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
       int hi_avx2 = -1;
     };
     static constexpr Knob kKnobs[] = {
-        {"mr", &simd::Tuning::mr, 4, 14, On::vector, 6},        {"kc", &simd::Tuning::kc, 16, 1 << 16, On::any},
-        {"mc", &simd::Tuning::mc, 1, 1 << 16, On::any},         {"nb", &simd::Tuning::nb, 32, 4096, On::any},
-        {"serial", &simd::Tuning::serial, 0, 1 << 30, On::any}, {"exact", &simd::Tuning::exact, 0, 1, On::amx},
-        {"overlap", &simd::Tuning::overlap, 0, 1, On::amx},     {"stream", &simd::Tuning::stream, 0, 2, On::vector},
-        {"bpf", &simd::Tuning::bpf, 0, 256, On::vector},        {"ksub", &simd::Tuning::ksub, 0, 1 << 16, On::vector},
-        {"epf", &simd::Tuning::epf, 0, 1, On::vector},          {"bfuse", &simd::Tuning::bfuse, 0, 1, On::vector},
-        {"bnext", &simd::Tuning::bnext, 0, 1, On::vector},      {"bcopy", &simd::Tuning::bcopy, 0, 2, On::vector},
-        {"srows", &simd::Tuning::srows, 0, 64, On::vector},     {"fq", &simd::Tuning::fq, 0, 64, On::any},
-        {"steal", &simd::Tuning::steal, 0, 1, On::vector},      {"lag", &simd::Tuning::lag, 0, 1000000, On::vector},
-        {"crows", &simd::Tuning::crows, 0, 64, On::vector},     {"llc", &simd::Tuning::llc, 0, 1 << 30, On::vector},
-        {"ksplit", &simd::Tuning::ksplit, 0, 1, On::vector},    {"kstream", &simd::Tuning::kstream, 0, 1, On::vector},
-        {"byhead", &simd::Tuning::byhead, 0, 2, On::any},       {"claim", &simd::Tuning::claim, 0, 2, On::any},
+        {"mr", &simd::Tuning::mr, 4, 14, On::vector, 6},
+        {"kc", &simd::Tuning::kc, 16, 1 << 16, On::any},
+        {"mc", &simd::Tuning::mc, 1, 1 << 16, On::any},
+        {"nb", &simd::Tuning::nb, 32, 4096, On::any},
+        {"serial", &simd::Tuning::serial, 0, 1 << 30, On::any},
+        {"exact", &simd::Tuning::exact, 0, 1, On::amx},
+        {"overlap", &simd::Tuning::overlap, 0, 1, On::amx},
+        {"stream", &simd::Tuning::stream, 0, 2, On::vector},
+        {"bpf", &simd::Tuning::bpf, 0, 256, On::vector},
+        {"ksub", &simd::Tuning::ksub, 0, 1 << 16, On::vector},
+        {"epf", &simd::Tuning::epf, 0, 1, On::vector},
+        {"bfuse", &simd::Tuning::bfuse, 0, 1, On::vector},
+        {"bnext", &simd::Tuning::bnext, 0, 1, On::vector},
+        {"bcopy", &simd::Tuning::bcopy, 0, 2, On::vector},
+        {"srows", &simd::Tuning::srows, 0, 64, On::vector},
+        {"fq", &simd::Tuning::fq, 0, 64, On::any},
+        {"steal", &simd::Tuning::steal, 0, 1, On::vector},
+        {"lag", &simd::Tuning::lag, 0, 1000000, On::vector},
+        {"crows", &simd::Tuning::crows, 0, 64, On::vector},
+        {"llc", &simd::Tuning::llc, 0, 1 << 30, On::vector},
+        {"ksplit", &simd::Tuning::ksplit, 0, 1, On::vector},
+        {"kstream", &simd::Tuning::kstream, 0, 1, On::vector},
+        {"byhead", &simd::Tuning::byhead, 0, 2, On::any},
+        {"claim", &simd::Tuning::claim, 0, 2, On::any},
         {"l2", &simd::Tuning::l2, 0, 1 << 30, On::any},
+        {"runc", &simd::Tuning::runc, 0, 16384, On::vector},
+        {"wrows", &simd::Tuning::wrows, 0, 64, On::vector},
+        {"wcols", &simd::Tuning::wcols, 32, 1 << 20, On::vector},
     };
     const Knob* knob = nullptr;
     std::string names;
@@ -95,7 +110,8 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
     if (!number || v < lo || v > hi)
       return unsupported(
           kind, "option " + key + "=" + value + " is outside " + std::to_string(lo) + ".." + std::to_string(hi), lane);
-    if (key == "nb" && v % 32 != 0) return unsupported(kind, "option nb=" + value + " is not a multiple of 32", lane);
+    if ((key == "nb" || key == "runc") && v % 32 != 0)
+      return unsupported(kind, "option " + key + "=" + value + " is not a multiple of 32", lane);
     *field = v;
   }
   // Attention's default query block: one 12-row P·V tile (x86_simd_attention.cpp says why).

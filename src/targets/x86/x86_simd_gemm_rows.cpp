@@ -102,18 +102,34 @@ std::string ymm_row_step(bool full, const std::string& I) {
 // So rows below crows (25) take it where B is larger than the last-level cache, which it then
 // cannot stay in between calls. (A decoder's weights, many of them, stream from memory even
 // where one would fit; that case keeps the packed path.)
+//
+// Tuning::wrows: with B in cache the packed path loses too where each thread's share of the
+// columns is wide: its 14-row tiles and their 4- or 2-row edges pack each 32-column panel for
+// few rows. The bench's ratio against oneDNN (B reused; bench/results/*-bf-*-rows.json), row
+// path / packed path: 4096 x 4096 on two threads (2048 columns a thread), 14-32 rows, the lent
+// host's Xeon 1.13-1.39 / 0.77-0.95 and the development VM (same CPU) 1.15-1.28 / 0.70-0.93; at
+// 48-64 rows even (1.00-1.07 / 0.94-1.01). With 1024 columns a thread (N = 2048) 24 and 32 rows
+// 1.04-1.13 / 0.88-0.99, with 512 (N = 1024) 24 rows 1.05 / 1.07-1.10; on the lent host's 16
+// threads (256 columns a thread) the packed path won at 14-64 rows (1.01-1.34 / 0.72-1.30). So
+// rows below wrows (33) take it where a thread has at least wcols (1024) columns.
 std::string row_run_gemm(const GemmPlan& plan, const StorageLoad& ld, const Tuning& tuning) {
   // The ymm tile's packed path wins while B stays in cache (4-12 rows, B of 1-8 MiB: the row
   // path 1.1-1.4x the time on Zen 4), so it streams B from 16 MiB up.
   std::string rows = "M < " + std::to_string(tuning.srows);
   if (tuning.crows > tuning.srows && tuning.llc > 0)
-    rows = "(" + rows + " || (M < " + std::to_string(tuning.crows) + " && 4.0 * (double)K * N > " +
-           std::to_string(1024LL * tuning.llc) + ".0))";
+    rows += " || (M < " + std::to_string(tuning.crows) + " && 4.0 * (double)K * N > " +
+            std::to_string(1024LL * tuning.llc) + ".0)";
+  if (tuning.wrows > tuning.srows)
+    rows +=
+        " || (M < " + std::to_string(tuning.wrows) + " && N >= (int64_t)" + std::to_string(tuning.wcols) + " * wnt)";
+  if (rows.find("||") != std::string::npos) rows = "(" + rows + ")";
   // From 2 rows: with the strips above, 2 rows through a cold 4096 x 4096 B took 0.85-0.92x the
   // skinny path's time (zmm; ymm 0.91x, 3 rows 0.88x), B of 4 MiB in cache 1.03x; at one row
   // the two are even, and the skinny path keeps it.
-  std::string s = "  if (M >= 2 && " + rows + " && !direct" + (tuning.avx2 ? " && (double)K * N >= 4194304.0" : "") +
-                  ") {\n    int sfail = 0;\n";
+  std::string s;
+  if (tuning.wrows > tuning.srows) s += "  int wnt = 1;\n#ifdef _OPENMP\n  wnt = omp_get_max_threads();\n#endif\n";
+  s += "  if (M >= 2 && " + rows + " && !direct" + (tuning.avx2 ? " && (double)K * N >= 4194304.0" : "") +
+       ") {\n    int sfail = 0;\n";
   s += thread_columns_head(32);
   // The strip of columns a pass over K walks (runc): each row of B is read in runs of that
   // length, and longer runs read faster (512 columns took 1.26x the time of 1024). With 8 rows
@@ -125,7 +141,8 @@ std::string row_run_gemm(const GemmPlan& plan, const StorageLoad& ld, const Tuni
   // on Zen 4, B cold: zmm 3-8 rows 0.76-0.90x (8 rows with the threads far apart 1.00x),
   // 12-16 rows 0.98-0.99x; ymm 4 and 8 rows 0.89x and 0.85x.
   // part rows runc + 16 floats apart: 4 KiB apart they would share L1 sets with B's rows.
-  s += "      int64_t runc = M <= 8 ? 16384 / M / 32 * 32 : 1024;\n";
+  s += "      int64_t runc = " +
+       (tuning.runc > 0 ? std::to_string(tuning.runc) : std::string("M <= 8 ? 16384 / M / 32 * 32 : 1024")) + ";\n";
   s += "      if (runc > fusor_cdiv(j1 - j0, 32) * 32) runc = fusor_cdiv(j1 - j0, 32) * 32;\n";
   s += "      const int64_t runp = runc + 16;\n";
   s += "      float* restrict part = (float*)fusor_scratch(1, sizeof(float) * (size_t)(M * runp));\n";

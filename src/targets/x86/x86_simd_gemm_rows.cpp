@@ -110,8 +110,9 @@ std::string ymm_row_step(bool full, const std::string& I) {
 // host's Xeon 1.13-1.39 / 0.77-0.95 and the development VM (same CPU) 1.15-1.28 / 0.70-0.93; at
 // 48-64 rows even (1.00-1.07 / 0.94-1.01). With 1024 columns a thread (N = 2048) 24 and 32 rows
 // 1.04-1.13 / 0.88-0.99, with 512 (N = 1024) 24 rows 1.05 / 1.07-1.10; on the lent host's 16
-// threads (256 columns a thread) the packed path won at 14-64 rows (1.01-1.34 / 0.72-1.30). So
-// rows below wrows (33) take it where a thread has at least wcols (1024) columns.
+// threads with 256 columns a thread (N = 4096) the packed path won at 14-64 rows (1.01-1.34 /
+// 0.72-1.30), with 1024 (N = 16384) the row path 1.15-1.30 / 0.70-0.96. So rows below wrows
+// (33) take it where a thread has at least wcols (1024) columns.
 std::string row_run_gemm(const GemmPlan& plan, const StorageLoad& ld, const Tuning& tuning) {
   // The ymm tile's packed path wins while B stays in cache (4-12 rows, B of 1-8 MiB: the row
   // path 1.1-1.4x the time on Zen 4), so it streams B from 16 MiB up.

@@ -13,7 +13,7 @@
 //
 //   fusor-bench SUITE [--filter TEXT] [--json] [--save FILE] [--min-ms MS] [--lane LANE] [--knob K=V]
 //               [--shape MxNxK ...]
-//   SUITE: gemm | gated | attention | norm | pointwise | all
+//   SUITE: gemm | gated | attention | norm | pointwise | small | all
 #include <algorithm>
 #include <array>
 #include <cerrno>
@@ -442,7 +442,7 @@ Result bench_fused(const std::string& name, std::int64_t M, std::int64_t N, std:
   const Region epi = parse(epi_text);
   std::vector<Tensor> epi_ops{Tensor({M, N}), Tensor({N}, operands[2].data)};
   if (residual) epi_ops.push_back(operands[3]);
-  EpiloguePass pass{make_kernel(epi, epi_ops), &c2};
+  EpiloguePass pass{make_kernel(epi, epi_ops, base_lane(), false), &c2};
   fns.push_back([&] {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(M), static_cast<int>(N),
                 static_cast<int>(K), 1.0f, A, static_cast<int>(K), B, static_cast<int>(N), 0.0f, c2.data(),
@@ -516,7 +516,7 @@ Result bench_gated(std::int64_t M, std::int64_t K, std::int64_t H, const Options
 #ifdef FUSOR_BENCH_OPENBLAS
   std::vector<float> gb(static_cast<size_t>(M * H)), ub(static_cast<size_t>(M * H));
   const Region epi = parse("pointwise { inputs = [g, u]; t0 = silu(g); t1 = mul(t0, u); output = t1 }");
-  Kernel ek = make_kernel(epi, std::vector<Tensor>{Tensor({M, H}), Tensor({M, H})});
+  Kernel ek = make_kernel(epi, std::vector<Tensor>{Tensor({M, H}), Tensor({M, H})}, base_lane(), false);
   ek.ptrs[0] = gb.data();
   ek.ptrs[1] = ub.data();
   fns.push_back([&] {

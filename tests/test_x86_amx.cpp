@@ -205,6 +205,33 @@ TEST(X86Amx, GemmOverlapChangesOnlyTheOrder) {
   }
 }
 
+// The GEMM's items go to threads as they ask (dyn = 1, the default), in finer chunks of panels
+// (isplit) or in a static split: each output's sums are one item's either way, so the outputs
+// are the same bits, and match the reference, with many items (small row blocks) a thread.
+TEST(X86Amx, GemmItemScheduleChangesOnlyWhoComputes) {
+  REQUIRE_AMX();
+  for (const char* text : {"fused { epilogue = [bias, gelu]; residual = true }", "gated { gate_act = silu }",
+                           "fused { epilogue = [bias]; reduction = layer_norm }"}) {
+    const Region region = region_of(text);
+    std::map<std::string, std::string> knobs = kSmallBlocks;
+    knobs["serial"] = "0";
+    auto operands = make_operands(region, gemm(150, 700, 90), 57, 0.5);
+    expect_matches_reference(region, operands, knobs);
+    auto fixed = knobs, finer = knobs;
+    fixed["dyn"] = "0";
+    finer["isplit"] = "3"; // three chunks of panels a thread
+    auto a = run_amx(region, operands, knobs);
+    ASSERT_TRUE(a.ok()) << a.error().str();
+    for (const auto& other : {fixed, finer}) {
+      auto b = run_amx(region, operands, other);
+      ASSERT_TRUE(b.ok()) << b.error().str();
+      ASSERT_EQ(a->output.data.size(), b->output.data.size());
+      EXPECT_EQ(0, std::memcmp(a->output.data.data(), b->output.data.data(), a->output.data.size() * sizeof(float)))
+          << text;
+    }
+  }
+}
+
 TEST(X86Amx, AttentionOracleAndShapes) {
   REQUIRE_AMX();
   for (const char* text :

@@ -120,6 +120,11 @@ struct Tuning {
   int steal = 1;
   // Test knob, with steal: thread 0 starts its items this many microseconds late.
   int lag = 0;
+  // GEMM-rooted kinds on the AMX tiles: items handed out one at a time as threads ask (1), or
+  // split statically (0) (gemm_body says why).
+  int dyn = 1;
+  // With dyn: chunks of B's panels per thread when the threads split the columns. For A/B runs.
+  int isplit = 1;
 };
 
 // `#pragma omp parallel<rest>` that runs on the calling thread alone while `work` (an

@@ -51,10 +51,11 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
     int v = 0;
     const auto res = std::from_chars(value.data(), value.data() + value.size(), v);
     const bool number = res.ec == std::errc{} && res.ptr == value.data() + value.size();
-    // Which tiles a knob belongs to. The AMX tile is 32 rows; `exact` and `overlap` are AMX's;
-    // `stream` is the streaming kinds' and `bpf`, `ksub`, `epf`, `bfuse`, `bnext`, `bcopy` and
-    // `srows`, `crows`, `llc`, `ksplit` the zmm and ymm tiles' (AMX's packing prefetches its own way;
-    // its tiles sum in their own order and keep their own epilogue); `fq` is attention's
+    // Which tiles a knob belongs to. The AMX tile is 32 rows; `exact`, `overlap`, `dyn` and
+    // `isplit` are AMX's; `stream` is the streaming kinds' and `bpf`, `ksub`, `epf`, `bfuse`,
+    // `bnext`, `bcopy` and the row path's `srows`, `crows`, `llc`, `wrows`, `wcols`, `runc`,
+    // `ksplit` the zmm and ymm tiles' (AMX's packing prefetches its own way; its tiles sum in
+    // their own order, keep their own epilogue and take no row path); `fq` is attention's
     // few-query path, on zmm or ymm registers in all three lanes, and `byhead` causal
     // attention's order of items in all three.
     enum class On { any, vector, amx };
@@ -93,6 +94,8 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
         {"claim", &simd::Tuning::claim, 0, 2, On::any},
         {"l2", &simd::Tuning::l2, 0, 1 << 30, On::any},
         {"runc", &simd::Tuning::runc, 0, 16384, On::vector},
+        {"dyn", &simd::Tuning::dyn, 0, 1, On::amx},
+        {"isplit", &simd::Tuning::isplit, 1, 16, On::amx},
         {"wrows", &simd::Tuning::wrows, 0, 64, On::vector},
         {"wcols", &simd::Tuning::wcols, 32, 1 << 20, On::vector},
     };

@@ -740,7 +740,10 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
   s += std::string("    const int64_t mq = ") + (amx ? "FUSOR_MR" : "4") + ";\n";
   s += "    const int64_t mc = fusor_cdiv(fusor_cdiv(M, nib), mq) * mq;\n";
   s += "    nib = fusor_cdiv(M, mc);\n";
-  s += "    const int64_t npc = colsplit ? nt : 1, ppc = fusor_cdiv(np, npc);\n";
+  // (AMX items handed out as threads ask: isplit chunks of panels per thread.)
+  const std::string chunks = amx && tuning.dyn && tuning.isplit > 1 ? "nt * " + std::to_string(tuning.isplit) : "nt";
+  const std::string npc = chunks == "nt" ? "nt" : "(" + chunks + " < np ? " + chunks + " : np)";
+  s += "    const int64_t npc = colsplit ? " + npc + " : 1, ppc = fusor_cdiv(np, npc);\n";
   // Panels packed together: four rows of 128 contiguous bytes per k keep the reads of B
   // sequential enough for the prefetcher while the block (kc x 128 floats) stays in L2.
   s += "    const int64_t NBP = 4;\n";
@@ -766,7 +769,7 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
   if (steals) {
     s += steal_items(tuning);
   } else {
-    s += "    #pragma omp for schedule(static)\n";
+    s += std::string("    #pragma omp for schedule(") + (amx && tuning.dyn ? "dynamic, 1" : "static") + ")\n";
     s += "    for (int64_t item = 0; item < nib * npc; ++item) {\n";
     s += "      if (!ap || !bp) continue;\n";
   }

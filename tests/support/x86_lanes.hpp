@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <initializer_list>
 #include <map>
 #include <string>
 #include <string_view>
@@ -206,38 +207,36 @@ inline void expect_k_blocks_sum_from_zero(std::string_view lane) {
         << lane << ", 4 rows, srows = " << srows;
 }
 
-// Where B is larger than the last-level cache (llc, KiB: 1 here, so any B is), rows below
-// crows take the row path; its 14-24 rows match the reference on lane `name`, and the emitted
-// test names the bound and the cache's bytes.
-inline void expect_cold_b_rows_path(std::string_view name) {
-  const std::map<std::string, std::string> knobs{{"crows", "25"}, {"llc", "1"}};
+// With `knobs`, every in-place GEMM kind on lane `name` emits `bound` (the row path's test)
+// and matches the reference at `shapes`, which the row path then takes.
+inline void expect_rows_path_bound(std::string_view name, const std::map<std::string, std::string>& knobs,
+                                   const std::string& bound, std::initializer_list<ProblemShape> shapes,
+                                   std::uint64_t seed) {
   for (const char* text : kInPlaceGemmRegions) {
     const Region region = region_of(text);
     EmitOptions eo;
     eo.options = knobs;
     auto src = x86_candidate(region_kind(region), name)->emit(region, eo);
     ASSERT_TRUE(src.ok()) << src.error().str();
-    EXPECT_NE(src->source.find("M < 25 && 4.0 * (double)K * N > 1024.0)"), std::string::npos) << name << " " << text;
-    for (const ProblemShape& dims : {gemm(14, 300, 1001), gemm(16, 2100, 260), gemm(24, 513, 700)})
-      expect_matches_reference_on(name, region, dims, 49, 0.5, knobs);
+    EXPECT_NE(src->source.find(bound), std::string::npos) << name << " " << text;
+    for (const ProblemShape& dims : shapes) expect_matches_reference_on(name, region, dims, seed, 0.5, knobs);
   }
+}
+
+// Where B is larger than the last-level cache (llc, KiB: 1 here, so any B is), rows below
+// crows take the row path; its 14-24 rows match the reference on lane `name`, and the emitted
+// test names the bound and the cache's bytes.
+inline void expect_cold_b_rows_path(std::string_view name) {
+  expect_rows_path_bound(name, {{"crows", "25"}, {"llc", "1"}}, "M < 25 && 4.0 * (double)K * N > 1024.0)",
+                         {gemm(14, 300, 1001), gemm(16, 2100, 260), gemm(24, 513, 700)}, 49);
 }
 
 // Where each thread's share of the columns is at least wcols (32 here, so any N > 256 is), rows
 // below wrows take the row path; its 14-32 rows match the reference on lane `name`, and the
 // emitted test names both bounds.
 inline void expect_wide_b_rows_path(std::string_view name) {
-  const std::map<std::string, std::string> knobs{{"wrows", "33"}, {"wcols", "32"}};
-  for (const char* text : kInPlaceGemmRegions) {
-    const Region region = region_of(text);
-    EmitOptions eo;
-    eo.options = knobs;
-    auto src = x86_candidate(region_kind(region), name)->emit(region, eo);
-    ASSERT_TRUE(src.ok()) << src.error().str();
-    EXPECT_NE(src->source.find("(M < 33 && N >= (int64_t)32 * wnt)"), std::string::npos) << name << " " << text;
-    for (const ProblemShape& dims : {gemm(14, 300, 1001), gemm(24, 2100, 260), gemm(32, 513, 700)})
-      expect_matches_reference_on(name, region, dims, 59, 0.5, knobs);
-  }
+  expect_rows_path_bound(name, {{"wrows", "33"}, {"wcols", "32"}}, "(M < 33 && N >= (int64_t)32 * wnt)",
+                         {gemm(14, 300, 1001), gemm(24, 2100, 260), gemm(32, 513, 700)}, 59);
 }
 
 // The skinny path (rows below the row path's, N > 256) with K split between the threads (the

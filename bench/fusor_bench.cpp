@@ -12,11 +12,12 @@
 // `fusor bench` execs this program.
 //
 //   fusor-bench SUITE [--filter TEXT] [--json] [--save FILE] [--min-ms MS] [--lane LANE] [--knob K=V]
-//               [--shape MxNxK ...]
+//               [--shape MxNxK | BxHxMxNkxD[:causal] ...]
 //   SUITE: gemm | gated | attention | norm | pointwise | small | all
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cinttypes>
 #include <cmath>
@@ -72,16 +73,39 @@ using json = nlohmann::json;
   std::exit(2);
 }
 
-// "MxNxK" with three positive integers, for --shape.
-std::array<std::int64_t, 3> parse_shape(const std::string& text) {
-  std::array<std::int64_t, 3> d{};
-  char x1 = 0, x2 = 0;
-  int used = 0;
-  const int got =
-      std::sscanf(text.c_str(), "%" SCNd64 "%c%" SCNd64 "%c%" SCNd64 "%n", &d[0], &x1, &d[1], &x2, &d[2], &used);
-  if (got != 5 || x1 != 'x' || x2 != 'x' || used != static_cast<int>(text.size()) || d[0] < 1 || d[1] < 1 || d[2] < 1)
-    die("--shape takes MxNxK with three positive integers (e.g. 24x4096x4096), not '" + text + "'");
-  return d;
+// --shape: "MxNxK" (a GEMM + bias + GELU case) or "BxHxMxNkxD" with an optional ":causal" (an
+// attention case), positive integers.
+struct CallerShape {
+  std::vector<std::int64_t> dims;
+  bool causal = false;
+  bool attention() const { return dims.size() == 5; }
+};
+
+CallerShape parse_shape(const std::string& text) {
+  CallerShape c;
+  std::string rest = text;
+  if (const auto colon = rest.find(':'); colon != std::string::npos) {
+    if (rest.substr(colon) != ":causal")
+      rest.clear();
+    else
+      rest.resize(colon), c.causal = true;
+  }
+  for (size_t at = 0; !rest.empty() && at <= rest.size();) {
+    const size_t x = std::min(rest.find('x', at), rest.size());
+    std::int64_t v = 0;
+    const auto [end, ec] = std::from_chars(rest.data() + at, rest.data() + x, v);
+    if (ec != std::errc{} || end != rest.data() + x || v < 1) {
+      c.dims.clear();
+      break;
+    }
+    c.dims.push_back(v);
+    at = x + 1;
+  }
+  if (!(c.dims.size() == 3 && !c.causal) && c.dims.size() != 5)
+    die("--shape takes MxNxK (a GEMM, e.g. 24x4096x4096) or BxHxMxNkxD[:causal] (attention, e.g. "
+        "1x8x512x512x64:causal) with positive integers, not '" +
+        text + "'");
+  return c;
 }
 
 template <class T> T must(Expected<T> e, const std::string& what) {
@@ -314,8 +338,9 @@ struct Options {
   std::string suite, filter, save;
   bool json_lines = false;
   double min_ms = 1500;
-  // --shape: GEMM + bias + GELU cases of these M x N x K in place of the suite's listed ones.
-  std::vector<std::array<std::int64_t, 3>> shapes;
+  // --shape: GEMM + bias + GELU and attention cases of these shapes in place of the suite's
+  // listed ones.
+  std::vector<CallerShape> shapes;
 };
 
 #ifdef FUSOR_BENCH_ONEDNN
@@ -914,9 +939,19 @@ int run(const Options& opt) {
   entries.push_back(
       {"pointwise", "pointwise_reduce_sumsq_4096x4096", [&] { return bench_pointwise(true, 4096, 4096, opt); }});
   if (!opt.shapes.empty()) entries.clear(); // --shape: only the caller's shapes
-  for (auto [m, n, k] : opt.shapes) {
-    const std::string nm = "gemm_bias_gelu_" + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k);
-    entries.push_back({"gemm", nm, [=, &opt] { return bench_fused(nm, m, n, k, false, opt); }});
+  for (const CallerShape& c : opt.shapes) {
+    const auto& d = c.dims;
+    if (c.attention()) {
+      const std::string nm = std::string("attention_") + (c.causal ? "causal_" : "") + std::to_string(d[0]) + "x" +
+                             std::to_string(d[1]) + "x" + std::to_string(d[2]) + "x" + std::to_string(d[3]) + "x" +
+                             std::to_string(d[4]);
+      const AttentionCase ac{d[0], d[1], d[2], d[3], d[4], c.causal, nm};
+      entries.push_back({"attention", nm, [=, &opt] { return bench_attention(ac, opt); }});
+      continue;
+    }
+    const std::string nm =
+        "gemm_bias_gelu_" + std::to_string(d[0]) + "x" + std::to_string(d[1]) + "x" + std::to_string(d[2]);
+    entries.push_back({"gemm", nm, [=, &opt] { return bench_fused(nm, d[0], d[1], d[2], false, opt); }});
   }
 
   if (!host_has_avx512() && lane_choice().empty())
@@ -1007,15 +1042,16 @@ int main(int argc, char** argv) {
     else if (a == "-h" || a == "--help") {
       std::printf(
           "usage: fusor-bench SUITE [--filter TEXT] [--json] [--save FILE] [--min-ms MS] [--knob KEY=VALUE]\n"
-          "       [--lane x86_amx|x86_avx512|x86_avx2] [--shape MxNxK ...]\n"
+          "       [--lane x86_amx|x86_avx512|x86_avx2] [--shape MxNxK | BxHxMxNkxD[:causal] ...]\n"
           "SUITE: gemm | gated | attention | norm | pointwise | small | all (small: shapes where fixed costs show)\n"
           "--lane: the one lane of every case whose kind it computes (x86_amx: GEMM-rooted and attention; the "
           "others keep the base lane). Default: GEMM-rooted and attention cases on x86_amx and x86_avx512 where "
           "the host has AMX, the faster one's time fusor's, as its arbiter picks, else x86_avx512; every other "
           "case on x86_avx512. A host without AVX-512 runs every case on x86_avx2 and the portable x86_c lane, "
           "the faster one's time fusor's\n"
-          "--shape MxNxK (repeatable): f32 GEMM + bias + GELU cases of these shapes instead of the listed ones "
-          "(SUITE then gemm, all or left out)\n");
+          "--shape MxNxK | BxHxMxNkxD[:causal] (repeatable): f32 GEMM + bias + GELU cases, or attention cases of "
+          "B x H heads of M queries against Nk keys of D features (causal: top-left), of these shapes instead of "
+          "the listed ones (SUITE then the shapes' own, all or left out)\n");
       return 0;
     } else if (opt.suite.empty() && a[0] != '-')
       opt.suite = a;
@@ -1023,10 +1059,17 @@ int main(int argc, char** argv) {
       fusor::bench::die("unknown argument '" + a + "' (see --help)");
   }
   const std::string suites = "gemm | gated | attention | norm | pointwise | small | all";
-  if (opt.suite.empty() && !opt.shapes.empty()) opt.suite = "gemm";
+  std::string shaped; // the suite of the --shape cases: gemm, attention, or all for both
+  for (const auto& c : opt.shapes) {
+    const std::string own = c.attention() ? "attention" : "gemm";
+    shaped = shaped.empty() || shaped == own ? own : "all";
+  }
+  if (opt.suite.empty()) opt.suite = shaped;
   if (opt.suite.empty()) fusor::bench::die("missing SUITE (" + suites + ")");
-  if (!opt.shapes.empty() && opt.suite != "gemm" && opt.suite != "all")
-    fusor::bench::die("--shape adds GEMM cases: SUITE must be gemm or all, not '" + opt.suite + "'");
+  if (!shaped.empty() && opt.suite != shaped && opt.suite != "all")
+    fusor::bench::die("--shape adds " + (shaped == "all" ? std::string("GEMM and attention") : shaped) +
+                      " cases: SUITE must be " + (shaped == "all" ? std::string("all") : shaped + " or all") +
+                      ", not '" + opt.suite + "'");
   if (opt.suite != "all" && opt.suite != "gemm" && opt.suite != "gated" && opt.suite != "attention" &&
       opt.suite != "norm" && opt.suite != "pointwise" && opt.suite != "small")
     fusor::bench::die("unknown suite '" + opt.suite + "' (" + suites + ")");

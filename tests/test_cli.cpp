@@ -571,12 +571,29 @@ TEST_F(CliLanes, BenchRunsTheCallersShapes) {
     EXPECT_GT(j.at("fusor_ms").get<double>(), 0.0) << line;
   }
   EXPECT_EQ(cases, (std::vector<std::string>{"gemm_bias_gelu_17x300x40", "gemm_bias_gelu_3x513x9"})) << r.out;
-  const auto bad = fusor_env("bench --shape 17x300");
-  EXPECT_EQ(bad.code, 2);
-  EXPECT_NE(bad.err.find("--shape takes MxNxK"), std::string::npos) << bad.err;
+  // Attention shapes (B x H x M x Nk x D, causal or not) make attention cases.
+  const auto att = fusor_env("bench --shape 1x2x40x70x16:causal --shape 2x1x33x33x8 --json --min-ms 1");
+  ASSERT_EQ(att.code, 0) << att.err << att.out;
+  std::istringstream att_lines(att.out);
+  cases.clear();
+  for (std::string line; std::getline(att_lines, line);) {
+    const auto j = nlohmann::json::parse(line);
+    cases.push_back(j.at("case").get<std::string>());
+    EXPECT_TRUE(j.at("verified").get<bool>()) << line;
+    EXPECT_LT(j.at("max_abs_err").get<double>(), 1e-4) << line;
+  }
+  EXPECT_EQ(cases, (std::vector<std::string>{"attention_causal_1x2x40x70x16", "attention_2x1x33x33x8"})) << att.out;
+  for (const char* malformed : {"17x300", "17x300x", "1x2x3x4", "1x2x3x4x0", "17x300x40:causal", "1x2x3x4x5:soon"}) {
+    const auto bad = fusor_env(std::string("bench --shape ") + malformed);
+    EXPECT_EQ(bad.code, 2) << malformed;
+    EXPECT_NE(bad.err.find("--shape takes MxNxK"), std::string::npos) << malformed << ": " << bad.err;
+  }
   const auto norm = fusor_env("bench norm --shape 4x300x40");
   EXPECT_EQ(norm.code, 2);
   EXPECT_NE(norm.err.find("SUITE must be gemm or all"), std::string::npos) << norm.err;
+  const auto gemm = fusor_env("bench gemm --shape 1x2x40x70x16");
+  EXPECT_EQ(gemm.code, 2);
+  EXPECT_NE(gemm.err.find("SUITE must be attention or all"), std::string::npos) << gemm.err;
   EXPECT_EQ(fusor_env("bench").code, 2); // neither a suite nor a shape
 }
 

@@ -447,8 +447,9 @@ inline void expect_k_panels_streamed_or_not(std::string_view name, std::string_v
   }
 }
 
-// Causal items in either order of heads (byhead = 0: the largest blocks of every head first,
-// 1: head after head, 2: head after head while there are at least 16 items per thread) match
+// Causal items in any order of heads (byhead = 0: the largest blocks of every head first,
+// 1: head after head, 2: head after head while there are at least 16 items per thread, 3:
+// pairs of a head's largest and smallest items, claimed from ranges or the counter) match
 // the reference on lane `name`: eight heads of 150 rows (on the zmm tiles 32 items of four
 // 12-row blocks, head after head by default on two threads), one head of 200 rows (largest
 // first by default), GQA and 16-bit storage. The emitted order is the knob's.
@@ -464,6 +465,19 @@ inline void expect_causal_item_orders(std::string_view name) {
       for (const ProblemShape& dims : {attention_dims(2, 4, 2, 150, 150, 64), attention_dims(1, 1, 1, 200, 200, 40)})
         expect_matches_reference_on(name, region, dims, 61, 0.5, knobs);
     }
+    // Pairs (byhead = 3) from ranges or the counter, on every thread and on one (which must
+    // take every other range's pairs from its back); 200 rows make an odd count of items.
+    for (const char* claim : {"0", "1"})
+      for (const char* serial : {"0", "1073741824"}) {
+        const std::map<std::string, std::string> knobs{{"byhead", "3"}, {"claim", claim}, {"serial", serial}};
+        const std::string source = emitted_source(name, region, knobs);
+        EXPECT_NE(source.find("(e == 0 ? nqb - 1 - pk : pk)"), std::string::npos) << name << " " << text;
+        EXPECT_EQ(source.find("const int by_head"), std::string::npos) << name << " " << text;
+        EXPECT_EQ(source.find("uint64_t range[") != std::string::npos, claim[0] == '1') << name << " " << text;
+        for (const ProblemShape& dims : {attention_dims(2, 4, 2, 150, 150, 64), attention_dims(1, 1, 1, 200, 200, 40),
+                                         attention_dims(1, 3, 3, 500, 500, 32)})
+          expect_matches_reference_on(name, region, dims, 61, 0.5, knobs);
+      }
   }
 }
 

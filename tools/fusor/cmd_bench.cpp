@@ -68,8 +68,8 @@ Command add_bench_command(CLI::App& app) {
       app.add_subcommand("bench", "Benchmark fusor's x86 lanes against oneDNN and OpenBLAS: per case "
                                   "fusor's time and lane, each peer's, the ratio, GFLOP/s or GB/s, the oracle's error");
   sub->add_option("SUITE", o->suite,
-                  "gemm | gated | attention | norm | pointwise | small | all (with --shape: gemm, all or "
-                  "none)")
+                  "gemm | gated | attention | norm | pointwise | small | all (with --shape: the shapes' suite, "
+                  "all or none)")
       ->check(CLI::IsMember({"gemm", "gated", "attention", "norm", "pointwise", "small", "all"}));
   sub->add_option("--filter", o->filter, "Only cases whose name contains TEXT");
   sub->add_flag("--json", o->json, "One JSON object per line per case");
@@ -83,8 +83,9 @@ Command add_bench_command(CLI::App& app) {
                   "faster one's")
       ->check(CLI::IsMember({"x86_amx", "x86_avx512", "x86_avx2"}));
   sub->add_option("--shape", o->shapes,
-                  "MxNxK: f32 GEMM + bias + GELU at this shape, against the same peers, in place of the suite's "
-                  "listed cases (repeatable)");
+                  "MxNxK: f32 GEMM + bias + GELU at this shape; BxHxMxNkxD[:causal]: attention of B x H heads of "
+                  "M queries against Nk keys of D features (causal: top-left); against the same peers, in place of "
+                  "the suite's listed cases (repeatable)");
   return {sub, [o] { return run_bench(*o); }};
 }
 

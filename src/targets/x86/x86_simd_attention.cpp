@@ -161,8 +161,8 @@ std::string causal_items_by_head(const Tuning& tuning) {
 // its range while a head's K and V, as the lane keeps them, fit in half of its L2 (Tuning::l2).
 // (Both kinds took the place of a counter handing out equal runs, which left one thread
 // waiting up to 15 % of the call at the end when the two cores' tile rates differed.)
-std::string query_block_ranges(const Tuning& tuning) {
-  std::string s = "  const int64_t nqm = fusor_cdiv(M, FUSOR_MR), nall = nbh * nqm;\n";
+std::string query_block_ranges(const Tuning& tuning, const std::string& per_head = "fusor_cdiv(M, FUSOR_MR)") {
+  std::string s = "  const int64_t nqm = " + per_head + ", nall = nbh * nqm;\n";
   s += "  int64_t claim = 0; /* claim = 0: the next block no thread has taken */\n";
   if (tuning.claim == 0) return s;
   s += "  enum { FUSOR_RANGES = 256 };\n";
@@ -182,14 +182,16 @@ std::string query_block_ranges(const Tuning& tuning) {
 
 // Emitted: sets u (first block) and qn (blocks, 0 when none is left) of the thread's next run
 // (query_block_ranges says how; nr = 0: from the counter).
-std::string claim_query_blocks(const Tuning& tuning) {
+std::string claim_query_blocks(const Tuning& tuning, const std::string& qs = "qs") {
   const std::string counter =
       "        u = __atomic_load_n(&claim, __ATOMIC_RELAXED);\n"
       "        while (u < nall) {\n"
       "          const int64_t in_head = nqm - u % nqm;\n"
       "          qn = fusor_cdiv(nall - u, 2 * nthreads);\n"
       "          qn = qn < 2 ? 2 : qn;\n"
-      "          qn = qn > qs ? qs : qn; /* the scratch holds qs blocks */\n"
+      "          qn = qn > " +
+      qs + " ? " + qs +
+      " : qn; /* the scratch holds qs blocks */\n"
       "          qn = qn > in_head ? in_head : qn;\n"
       "          if (__atomic_compare_exchange_n(&claim, &u, u + qn, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) break;\n"
       "        }\n"
@@ -204,9 +206,9 @@ std::string claim_query_blocks(const Tuning& tuning) {
   s += "            const int64_t lo = (int64_t)(w & 0xFFFFFFFFu), hi = (int64_t)(w >> 32);\n";
   s += "            if (lo >= hi) { qn = 0; break; }\n";
   s += "            const int64_t in_head = nqm - lo % nqm;\n";
-  s += "            qn = fusor_cdiv(hi - lo, 2);\n";
+  s += std::string("            qn = ") + (tuning.qrun ? "hi - lo" : "fusor_cdiv(hi - lo, 2)") + ";\n";
   s += "            qn = qn < 2 ? 2 : qn;\n";
-  s += "            qn = qn > qs ? qs : qn;\n";
+  s += "            qn = qn > " + qs + " ? " + qs + " : qn;\n";
   s += "            qn = qn > in_head ? in_head : qn;\n";
   s += "            qn = qn > hi - lo ? hi - lo : qn;\n";
   s += "            u = lo;\n";
@@ -227,7 +229,7 @@ std::string claim_query_blocks(const Tuning& tuning) {
   s += "          if (lo >= hi) continue;\n";
   s += "          const int64_t in_head = (hi - 1) % nqm + 1;\n";
   s += "          int64_t take = fusor_cdiv(hi - lo, 2);\n";
-  s += "          take = take > qs ? qs : take;\n";
+  s += "          take = take > " + qs + " ? " + qs + " : take;\n";
   s += "          take = take > in_head ? in_head : take;\n";
   s += "          if (__atomic_compare_exchange_n(range + victim, &w, (uint64_t)lo | (uint64_t)(hi - take) << 32, 0,\n";
   s += "                                          __ATOMIC_RELAXED, __ATOMIC_RELAXED))\n";
@@ -329,6 +331,9 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
     s += "  if (!vf) return 2;\n";
   }
   s += "  int failed = 0;\n";
+  // Causal pairs (byhead = 3, causal_pairs): from ranges of the (head, pair) sequence.
+  const bool pairs = causal && tuning.byhead == 3;
+  if (pairs) s += "  const int64_t nqb = fusor_cdiv(M, qs * FUSOR_MR);\n" + query_block_ranges(tuning, "(nqb + 1) / 2");
   if (!causal) s += query_block_ranges(tuning);
   s += "  " + omp_parallel("nbh * M * Nk * (D + Dv)") + "\n  {\n";
   if (amx) s += "    fusor_amx_config();\n";
@@ -408,7 +413,18 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   // (zeroing whole buffers took 1.3 % of attention's time at S = 512).
   s += "      for (int b_ = 0; b_ < " + std::string(amx ? "2" : "1") +
        "; ++b_) memset(sp + b_ * spn + FUSOR_MR * NB, 0, sizeof(float) * (size_t)((MRP - FUSOR_MR) * NB));\n    }\n";
-  if (causal) {
+  if (pairs) {
+    // Pair pk of a head: its items nqb - 1 - pk and pk (one when they meet), one after the other.
+    s += "    for (;;) {\n";
+    s += "      int64_t u = 0, qn = 0;\n";
+    s += claim_query_blocks(tuning, "1");
+    s += "      if (qn == 0) break;\n";
+    s += "      if (!(" + scratch_ok + ")) continue;\n";
+    s += "      const int64_t bh = u / nqm, pk = u % nqm;\n";
+    s += "      for (int64_t e = 0; e < (nqb - 1 - pk == pk ? 1 : 2); ++e) {\n";
+    s += "      const int64_t q0 = (e == 0 ? nqb - 1 - pk : pk) * qs * FUSOR_MR;\n";
+    s += "      qn = qs;\n";
+  } else if (causal) {
     // Causal items grow with their query block: the last blocks go first, so the dynamic
     // schedule ends on small items instead of one thread finishing a large one alone. In what
     // order of heads, causal_items_by_head says.
@@ -639,7 +655,7 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   s += "        float* restrict o = out + (bh * M + q0 + k) * Dv;\n";
   s += "        const float* restrict orow = ob + ((k / FUSOR_MR) * MRP + k % FUSOR_MR) * LDO;\n";
   s += "        #pragma omp simd\n        for (int64_t c = 0; c < Dv; ++c) o[c] = orow[c] * rf;\n";
-  s += "      }\n    }\n";
+  s += std::string("      }\n") + (pairs ? "      }\n" : "") + "    }\n";
   if (amx) s += "    _tile_release();\n";
   s += "  }\n";
   s += "  return failed ? 2 : 0;\n";

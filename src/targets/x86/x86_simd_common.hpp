@@ -112,9 +112,13 @@ struct Tuning {
   int l2 = -1;
   // Causal attention: the items (query blocks of a head) go head after head, largest block
   // first within a head (1), or the largest blocks of every head first (0); 2: head after head
-  // while there are at least 16 items per thread (causal_items_by_head says why). The AMX
-  // lane's default is 0.
+  // while there are at least 16 items per thread (causal_items_by_head says why); 3: a head's
+  // items in pairs (its largest with its smallest, ...: equal work), claimed as non-causal
+  // query blocks are (claim), so a thread keeps to one head. The AMX lane's default is 0.
   int byhead = 2;
+  // With ranges: a thread takes runs of up to qs blocks from its own range's front (1) instead
+  // of at most half of what is left of it (0). For A/B runs.
+  int qrun = 0;
   // GEMM-rooted kinds on the zmm and ymm tiles (no row reduction): threads out of items take
   // panels of others' last K blocks (steal_items in x86_simd_gemm.cpp; 0: the static split).
   int steal = 1;

@@ -486,7 +486,8 @@ inline void expect_causal_item_orders(std::string_view name) {
 // from one shared counter (claim = 0): the emitted claim is the knob's, and each matches the
 // reference on lane `name` on every thread and on one (serial: the calling thread owns the
 // first range and must take every other range's blocks from its back), over heads of many
-// blocks, one head of ragged blocks, GQA and 16-bit storage. Causal items never use ranges.
+// blocks, one head of ragged blocks, GQA and 16-bit storage. Causal items use ranges only in
+// pairs (byhead = 3, expect_causal_item_orders).
 inline void expect_query_block_claims(std::string_view name) {
   const std::vector<std::map<std::string, std::string>> claims = {
       {{"claim", "0"}}, {{"claim", "1"}}, {{"claim", "2"}}, {{"claim", "2"}, {"l2", "1"}}};

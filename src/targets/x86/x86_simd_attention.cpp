@@ -142,7 +142,9 @@ std::string causal_items_by_head(const Tuning& tuning) {
 }
 
 // Non-causal items: runs of up to qs query blocks of one head, from the (head, query block)
-// sequence of nall blocks. Each run's blocks read all of their head's K and V.
+// sequence of nall blocks. Each run's blocks read all of their head's K and V. (Causal pairs,
+// byhead = 3, are claimed the same way, one pair at a time, from the (head, pair) sequence:
+// `per_head` units a head.)
 //
 // With ranges (claim = 1) every thread owns a contiguous range of the sequence (a word of
 // `range`: next block in bits 0-31, past-the-end in 32-63) and takes runs from its front, at
@@ -331,7 +333,8 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
     s += "  if (!vf) return 2;\n";
   }
   s += "  int failed = 0;\n";
-  // Causal pairs (byhead = 3, causal_pairs): from ranges of the (head, pair) sequence.
+  // Causal pairs (byhead = 3; Tuning::byhead says why): claimed as query blocks are, from the
+  // (head, pair) sequence.
   const bool pairs = causal && tuning.byhead == 3;
   if (pairs) s += "  const int64_t nqb = fusor_cdiv(M, qs * FUSOR_MR);\n" + query_block_ranges(tuning, "(nqb + 1) / 2");
   if (!causal) s += query_block_ranges(tuning);

@@ -185,14 +185,16 @@ std::string query_block_ranges(const Tuning& tuning, const std::string& per_head
 // Emitted: sets u (first block) and qn (blocks, 0 when none is left) of the thread's next run
 // (query_block_ranges says how; nr = 0: from the counter).
 std::string claim_query_blocks(const Tuning& tuning, const std::string& qs = "qs") {
+  // Runs of at least two blocks, unless the cap is one (a causal pair).
+  const auto floor_of_two = [&](const std::string& indent) {
+    return qs == "1" ? std::string() : indent + "qn = qn < 2 ? 2 : qn;\n";
+  };
   const std::string counter =
-      "        u = __atomic_load_n(&claim, __ATOMIC_RELAXED);\n"
-      "        while (u < nall) {\n"
-      "          const int64_t in_head = nqm - u % nqm;\n"
-      "          qn = fusor_cdiv(nall - u, 2 * nthreads);\n"
-      "          qn = qn < 2 ? 2 : qn;\n"
-      "          qn = qn > " +
-      qs + " ? " + qs +
+      std::string("        u = __atomic_load_n(&claim, __ATOMIC_RELAXED);\n"
+                  "        while (u < nall) {\n"
+                  "          const int64_t in_head = nqm - u % nqm;\n"
+                  "          qn = fusor_cdiv(nall - u, 2 * nthreads);\n") +
+      floor_of_two("          ") + "          qn = qn > " + qs + " ? " + qs +
       " : qn; /* the scratch holds qs blocks */\n"
       "          qn = qn > in_head ? in_head : qn;\n"
       "          if (__atomic_compare_exchange_n(&claim, &u, u + qn, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) break;\n"
@@ -209,7 +211,7 @@ std::string claim_query_blocks(const Tuning& tuning, const std::string& qs = "qs
   s += "            if (lo >= hi) { qn = 0; break; }\n";
   s += "            const int64_t in_head = nqm - lo % nqm;\n";
   s += std::string("            qn = ") + (tuning.qrun ? "hi - lo" : "fusor_cdiv(hi - lo, 2)") + ";\n";
-  s += "            qn = qn < 2 ? 2 : qn;\n";
+  s += floor_of_two("            ");
   s += "            qn = qn > " + qs + " ? " + qs + " : qn;\n";
   s += "            qn = qn > in_head ? in_head : qn;\n";
   s += "            qn = qn > hi - lo ? hi - lo : qn;\n";

@@ -741,8 +741,8 @@ std::string gemm_body(const GemmPlan& plan, const StorageLoad& ld, const Tuning&
   s += "    const int64_t mc = fusor_cdiv(fusor_cdiv(M, nib), mq) * mq;\n";
   s += "    nib = fusor_cdiv(M, mc);\n";
   // (AMX items handed out as threads ask: isplit chunks of panels per thread.)
-  const std::string chunks = amx && tuning.dyn && tuning.isplit > 1 ? "nt * " + std::to_string(tuning.isplit) : "nt";
-  const std::string npc = chunks == "nt" ? "nt" : "(" + chunks + " < np ? " + chunks + " : np)";
+  const std::string chunks = "nt * " + std::to_string(tuning.isplit);
+  const std::string npc = amx && tuning.dyn && tuning.isplit > 1 ? "(" + chunks + " < np ? " + chunks + " : np)" : "nt";
   s += "    const int64_t npc = colsplit ? " + npc + " : 1, ppc = fusor_cdiv(np, npc);\n";
   // Panels packed together: four rows of 128 contiguous bytes per k keep the reads of B
   // sequential enough for the prefetcher while the block (kc x 128 floats) stays in L2.

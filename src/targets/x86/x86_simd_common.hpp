@@ -114,10 +114,11 @@ struct Tuning {
   // first within a head (1), or the largest blocks of every head first (0); 2: head after head
   // while there are at least 16 items per thread (causal_items_by_head says why); 3: a head's
   // items in pairs (its largest with its smallest, ...: equal work), claimed as non-causal
-  // query blocks are (claim), so a thread keeps to one head. The AMX lane's default is 0.
+  // query blocks are (claim), so a thread keeps to one head (no gain on 16 threads in run bh:
+  // decisions.md, "causal items head after head"). The AMX lane's default is 0.
   int byhead = 2;
   // With ranges: a thread takes runs of up to qs blocks from its own range's front (1) instead
-  // of at most half of what is left of it (0). For A/B runs.
+  // of at most half of what is left of it (0). For A/B runs (run bh, 16 threads: 1.07-1.11x the time).
   int qrun = 0;
   // GEMM-rooted kinds on the zmm and ymm tiles (no row reduction): threads out of items take
   // panels of others' last K blocks (steal_items in x86_simd_gemm.cpp; 0: the static split).

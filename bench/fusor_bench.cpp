@@ -736,6 +736,8 @@ json to_json(const Result& r, double copy_bytes, std::optional<double> peak) {
   j["case"] = r.name;
   j["shape"] = r.shape;
   if (!r.lane.empty()) j["lane"] = r.lane;
+  // A tuning run's case says so, so that it is never read as the defaults' (fusor-results skips it).
+  if (!knobs().empty()) j["knobs"] = knobs();
   for (const auto& [lane, ms] : r.lane_ms) j[lane + "_ms"] = ms;
   j["fusor_ms"] = r.fusor_ms;
   for (const auto& [peer, ms] : r.peer_ms) {
@@ -838,6 +840,7 @@ json machine(std::optional<double> peak, const std::optional<TileRate>& tiles) {
   if (tiles) m["amx_tile_ns_per_product"] = tiles->ns_per_product, m["amx_bf16_peak_gflops"] = tiles->gflops;
   m["date"] = today();
   m["isa"] = host_isa();
+  if (!knobs().empty()) m["knobs"] = knobs();
   std::ifstream cpu("/proc/cpuinfo");
   for (std::string line; std::getline(cpu, line);)
     if (line.rfind("model name", 0) == 0) {
@@ -1051,7 +1054,11 @@ int main(int argc, char** argv) {
           "the faster one's time fusor's\n"
           "--shape MxNxK | BxHxMxNkxD[:causal] (repeatable): f32 GEMM + bias + GELU cases, or attention cases of "
           "B x H heads of M queries against Nk keys of D features (causal: top-left), of these shapes instead of "
-          "the listed ones (SUITE then the shapes' own, all or left out)\n");
+          "the listed ones (SUITE then the shapes' own, all or left out)\n"
+          "--knob KEY=VALUE (repeatable): a lane option for A/B runs (mr, kc, nb, byhead, ...), given to the "
+          "kernels of the lanes timed for fusor, not to the peers' or side contenders'; a lane that does not take "
+          "KEY refuses it and names those it takes. Each case and the saved machine record the knobs, and "
+          "fusor-results leaves such cases out of the targets\n");
       return 0;
     } else if (opt.suite.empty() && a[0] != '-')
       opt.suite = a;

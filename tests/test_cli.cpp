@@ -597,6 +597,42 @@ TEST_F(CliLanes, BenchRunsTheCallersShapes) {
   EXPECT_EQ(fusor_env("bench").code, 2); // neither a suite nor a shape
 }
 
+// `fusor bench --knob KEY=VALUE`: a lane option for A/B runs reaches the timed lane's kernels
+// and is recorded in each case and the saved machine (so fusor-results never reads such a case
+// as the defaults'); a key the lane does not take, a value that is not an integer and a knob
+// without a value are refused with the reason.
+TEST_F(CliLanes, BenchKnobsReachTheLaneAndAreRecorded) {
+  if (!fs::exists(fs::path(FUSOR_BIN).parent_path() / "fusor-bench")) GTEST_SKIP() << "fusor-bench is not built";
+  const std::string base = "bench --shape 17x300x40 --lane x86_avx2 --min-ms 1 ";
+  const fs::path saved = dir_ / "knobs.json";
+  const auto r = fusor_env(base + "--knob mr=4 --knob serial=0 --json --save '" + saved.string() + "'");
+  ASSERT_EQ(r.code, 0) << r.err << r.out;
+  const auto j = nlohmann::json::parse(r.out.substr(0, r.out.find('\n')));
+  EXPECT_EQ(j.at("lane"), "x86_avx2");
+  EXPECT_TRUE(j.at("verified").get<bool>());
+  const nlohmann::json knobs = {{"mr", "4"}, {"serial", "0"}};
+  EXPECT_EQ(j.at("knobs"), knobs);
+  EXPECT_EQ(nlohmann::json::parse(slurp(saved)).at("machine").at("knobs"), knobs);
+  // Without knobs, neither says any.
+  const auto plain = fusor_env(base + "--json");
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  EXPECT_FALSE(nlohmann::json::parse(plain.out.substr(0, plain.out.find('\n'))).contains("knobs"));
+  const auto unknown = fusor_env(base + "--knob bogus=1");
+  EXPECT_NE(unknown.code, 0);
+  EXPECT_NE(unknown.err.find("unknown option 'bogus=1' (options: "), std::string::npos) << unknown.err;
+  const auto word = fusor_env(base + "--knob mr=four");
+  EXPECT_NE(word.code, 0);
+  EXPECT_NE(word.err.find("option mr=four is not an integer"), std::string::npos) << word.err;
+  const auto range = fusor_env(base + "--knob mr=40");
+  EXPECT_NE(range.code, 0);
+  EXPECT_NE(range.err.find("option mr=40 is outside 4..6"), std::string::npos) << range.err;
+  for (const char* bad : {"mr", "=4", "mr="}) {
+    const auto refused = fusor_env(base + "--knob " + bad);
+    EXPECT_EQ(refused.code, 2) << bad;
+    EXPECT_NE(refused.err.find("--knob takes KEY=VALUE"), std::string::npos) << bad << ": " << refused.err;
+  }
+}
+
 // What `fusor emit` writes is C a user may build with their own flags: every example region's
 // kernel on the SIMD lanes compiles without a warning under -Wall -Wextra (unused names
 // aside, as fusor's own compile allows them), optimised so flow-based warnings run too.

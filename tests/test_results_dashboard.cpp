@@ -40,7 +40,9 @@ TEST(ResultsDashboard, ReadsEveryRunLayoutWithRangesAndVerdicts) {
            gemm_case(1.05),
            {{"case", "gated_silu_512x768x2048"}, {"onednn_ratio", 1.25}, {"lane", "x86_avx512"}},
            {{"case", "rmsnorm_residual_weight_4096x4096"}, {"fraction_of_copy_bw", 0.79}, {"copy_ratio", 0.5}},
-           {{"case", "not_a_target_case"}, {"onednn_ratio", 0.1}}}},
+           {{"case", "not_a_target_case"}, {"onednn_ratio", 0.1}},
+           // One side of an A/B (fusor-bench --knob): not the defaults', so not counted.
+           {{"case", "gemm_bias_gelu_1024x1024x1024"}, {"onednn_ratio", 0.5}, {"knobs", {{"mr", "8"}}}}}},
          {"machine", kAmx}},
         {{"cases", {gemm_case(0.93, "x86_amx"), {{"case", "gated_silu_512x768x2048"}, {"onednn_ratio", 1.1}}}}}}},
       {"avx2_runs", {json::array({gemm_case(0.99, "x86_avx2")})}}};

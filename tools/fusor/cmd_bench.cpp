@@ -1,6 +1,6 @@
-// `fusor bench SUITE [--filter TEXT] [--json] [--save FILE] [--lane LANE] [--shape MxNxK ...]`: runs fusor-bench,
-// the CPU benchmark of the x86 lanes against oneDNN and OpenBLAS (bench/fusor_bench.cpp). It
-// is a separate program so the CLI never links the peers' libraries.
+// `fusor bench SUITE [--filter TEXT] [--json] [--save FILE] [--lane LANE] [--shape SHAPE ...] [--knob K=V ...]`:
+// runs fusor-bench, the CPU benchmark of the x86 lanes against oneDNN and OpenBLAS
+// (bench/fusor_bench.cpp). It is a separate program so the CLI never links the peers' libraries.
 #include <unistd.h>
 
 #include <cerrno>
@@ -23,6 +23,7 @@ struct BenchOptions {
   double min_ms = 0;
   std::string lane;
   std::vector<std::string> shapes;
+  std::vector<std::string> knobs;
 };
 
 // fusor-bench next to this executable (the build tree and an install both keep them
@@ -50,6 +51,7 @@ int run_bench(const BenchOptions& o) {
   if (!o.save.empty()) args.insert(args.end(), {"--save", o.save});
   if (o.min_ms > 0) args.insert(args.end(), {"--min-ms", std::to_string(o.min_ms)});
   if (!o.lane.empty()) args.insert(args.end(), {"--lane", o.lane});
+  for (const auto& knob : o.knobs) args.insert(args.end(), {"--knob", knob});
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -86,6 +88,15 @@ Command add_bench_command(CLI::App& app) {
                   "MxNxK: f32 GEMM + bias + GELU at this shape; BxHxMxNkxD[:causal]: attention of B x H heads of "
                   "M queries against Nk keys of D features (causal: top-left); against the same peers, in place of "
                   "the suite's listed cases (repeatable)");
+  sub->add_option("--knob", o->knobs,
+                  "KEY=VALUE: a lane option for A/B runs (mr, kc, nb, byhead, ...; a lane refuses a KEY it does not "
+                  "take and names those it does), given to the kernels timed for fusor, recorded in each case and "
+                  "the saved machine (repeatable)")
+      ->check([](const std::string& kv) {
+        const auto eq = kv.find('=');
+        return eq == std::string::npos || eq == 0 || eq + 1 == kv.size() ? "--knob takes KEY=VALUE, not '" + kv + "'"
+                                                                         : std::string();
+      });
   return {sub, [o] { return run_bench(*o); }};
 }
 

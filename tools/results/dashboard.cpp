@@ -188,6 +188,8 @@ Expected<std::vector<Row>> rows_of(const std::string& file, const nlohmann::json
         const std::string name = c["case"];
         const Target* t = target_of(name);
         if (!t || !c.contains(t->metric)) continue;
+        // A tuning run's case (fusor-bench --knob) is one side of an A/B, not the defaults'.
+        if (const auto k = c.find("knobs"); k != c.end() && !k->empty()) continue;
         if (!c[t->metric].is_number()) return bad(file, "case " + name + ": \"" + t->metric + "\" is not a number");
         row.cases[name].push_back(c[t->metric].get<double>());
         const std::string q3 = t->metric + "_q3";
@@ -256,7 +258,8 @@ std::string render(const std::vector<Row>& rows) {
   o << "A cell gives the lowest and highest value over the block's runs and the target's cases,\n"
        "then `met` (all reach the bar), `mixed` or `missed` (none do), and how many reach it.\n"
        "Blocks: `runs` (`fusor-bench all`), `avx2_runs` (the x86_avx2 lane against peers\n"
-       "restricted to AVX2), `cases` (a single run).\n\n";
+       "restricted to AVX2), `cases` (a single run); other blocks (A/B runs) and cases run with\n"
+       "`--knob` are not read.\n\n";
   o << "| Results | Block | Runs | Machine | Lanes";
   for (const Target& t : targets()) o << " | " << t.column;
   o << " |\n|---|---|---|---|---";

@@ -111,7 +111,8 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
     if (!knob) return unsupported(kind, "unknown option '" + key + "=" + value + "' (options: " + names + ")", lane);
     int* field = &(t.*knob->field);
     const int lo = knob->lo, hi = t.avx2 && knob->hi_avx2 >= 0 ? knob->hi_avx2 : knob->hi;
-    if (!number || v < lo || v > hi)
+    if (!number) return unsupported(kind, "option " + key + "=" + value + " is not an integer", lane);
+    if (v < lo || v > hi)
       return unsupported(
           kind, "option " + key + "=" + value + " is outside " + std::to_string(lo) + ".." + std::to_string(hi), lane);
     if ((key == "nb" || key == "runc") && v % 32 != 0)

@@ -1036,7 +1036,8 @@ int main(int argc, char** argv) {
     else if (a == "--knob") {
       const std::string kv = value();
       const auto eq = kv.find('=');
-      if (eq == std::string::npos) fusor::bench::die("--knob takes KEY=VALUE");
+      if (eq == std::string::npos || eq == 0 || eq + 1 == kv.size())
+        fusor::bench::die("--knob takes KEY=VALUE, not '" + kv + "'");
       fusor::bench::knobs()[kv.substr(0, eq)] = kv.substr(eq + 1);
     } else if (a == "--min-ms")
       opt.min_ms = std::atof(value().c_str());

@@ -184,10 +184,11 @@ std::string query_block_ranges(const Tuning& tuning, const std::string& per_head
 
 // Emitted: sets u (first block) and qn (blocks, 0 when none is left) of the thread's next run
 // (query_block_ranges says how; nr = 0: from the counter).
-std::string claim_query_blocks(const Tuning& tuning, const std::string& qs = "qs") {
-  // Runs of at least two blocks, unless the cap is one (a causal pair).
+// one_at_a_time: causal pairs, claimed one at a time; else runs of two to qs blocks.
+std::string claim_query_blocks(const Tuning& tuning, bool one_at_a_time = false) {
+  const std::string qs = one_at_a_time ? "1" : "qs";
   const auto floor_of_two = [&](const std::string& indent) {
-    return qs == "1" ? std::string() : indent + "qn = qn < 2 ? 2 : qn;\n";
+    return one_at_a_time ? std::string() : indent + "qn = qn < 2 ? 2 : qn;\n";
   };
   const std::string counter =
       std::string("        u = __atomic_load_n(&claim, __ATOMIC_RELAXED);\n"
@@ -422,7 +423,7 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
     // Pair pk of a head: its items nqb - 1 - pk and pk (one when they meet), one after the other.
     s += "    for (;;) {\n";
     s += "      int64_t u = 0, qn = 0;\n";
-    s += claim_query_blocks(tuning, "1");
+    s += claim_query_blocks(tuning, true);
     s += "      if (qn == 0) break;\n";
     s += "      if (!(" + scratch_ok + ")) continue;\n";
     s += "      const int64_t bh = u / nqm, pk = u % nqm;\n";

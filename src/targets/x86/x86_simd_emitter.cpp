@@ -124,9 +124,9 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
   if (t.llc < 0) t.llc = static_cast<int>(std::min<std::int64_t>(host_llc_bytes() / 1024, 1 << 30));
   if (t.l2 < 0) t.l2 = static_cast<int>(std::min<std::int64_t>(host_l2_bytes() / 1024, 1 << 30));
   // AMX's K block: 384 lets A blocks of up to 455 rows (three bf16 parts) stay within 1 MiB of
-  // L2 (768: 227), so B is packed for fewer row blocks; best of 30 calls at 512x2048x768 / 1024^3 / 128x3072x768 /
-  // 2048^3 / gated 512x768->2048: 3.9-4.1 / 5.1-5.5 / 1.7 / 42.8 / 7.4 ms against 4.3 / 5.1-5.6
-  // / 2.0 / 45.1 / 7.7 with 768.
+  // L2 (768: 227), so B is packed for fewer row blocks; best of 30 calls at 512x2048x768 /
+  // 1024^3 / 128x3072x768 / 2048^3 / gated 512x768->2048: 3.9-4.1 / 5.1-5.5 / 1.7 / 42.8 / 7.4
+  // ms against 4.3 / 5.1-5.6 / 2.0 / 45.1 / 7.7 with 768.
   if (t.amx && !options.count("kc")) t.kc = 384;
   // AMX's tiles gained nothing from the head-after-head order (x86_simd_attention.cpp).
   if (t.amx && !options.count("byhead")) t.byhead = 0;

@@ -2,10 +2,12 @@
 // compiler diagnostics in errors, and cache keys that follow the toolchain identity.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <optional>
+#include <sched.h>
 #include <sstream>
 
 #include <sys/stat.h>
@@ -110,6 +112,24 @@ TEST(HostIsa, LastLevelCacheFromSysfs) {
   if (l2 > 0) {
     EXPECT_GE(llc, l2) << "the L2 glibc reports is larger than the last level read from sysfs";
   }
+}
+
+// The share a process counts on (what Tuning::crows compares B with): the whole last level on
+// bare metal; in a virtual machine no more than 2 MiB for each CPU of the process's affinity mask
+// (this VM's sysfs may report its host's whole L3), still a whole number of KiB.
+TEST(HostIsa, LastLevelCacheShare) {
+  const std::int64_t llc = host_llc_bytes(), share = host_llc_share_bytes();
+  EXPECT_LE(share, llc);
+  EXPECT_EQ(share % 1024, 0) << share;
+  bool guest = false;
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line) && !line.empty();)
+    if (line.rfind("flags", 0) == 0) guest = (" " + line + " ").find(" hypervisor ") != std::string::npos;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(sched_getaffinity(0, sizeof set, &set), 0);
+  const std::int64_t cap = std::int64_t{CPU_COUNT(&set)} << 21;
+  EXPECT_EQ(share, guest ? std::min(llc, cap) : llc) << (guest ? "a guest" : "bare metal") << ", last level " << llc;
 }
 
 TEST_F(HostCompilerTest, DetectsCompilerWithExpectedFlags) {

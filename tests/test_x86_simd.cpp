@@ -223,11 +223,12 @@ TEST(X86Simd, NarrowGemmReadsOperandsInPlace) {
     EXPECT_NE(source(text).find("if (M < 8 && !direct)"), std::string::npos) << text;
     // 2 to 13 rows; 14 to 24 where B is larger than the host's last-level cache; 14 to 32 where
     // each thread has 1024 columns or more.
-    const std::string llc = std::to_string(host_llc_bytes()) + ".0";
+    const std::string llc = std::to_string(host_llc_share_bytes()) + ".0";
     const std::string wide = " || (M < 33 && N >= (int64_t)1024 * wnt)";
-    EXPECT_NE(source(text).find(host_llc_bytes() > 0 ? "if (M >= 2 && (M < 14 || (M < 25 && 4.0 * (double)K * N > " +
-                                                           llc + ")" + wide + ") && !direct)"
-                                                     : "if (M >= 2 && (M < 14" + wide + ") && !direct)"),
+    EXPECT_NE(source(text).find(host_llc_share_bytes() > 0
+                                    ? "if (M >= 2 && (M < 14 || (M < 25 && 4.0 * (double)K * N > " + llc + ")" + wide +
+                                          ") && !direct)"
+                                    : "if (M >= 2 && (M < 14" + wide + ") && !direct)"),
               std::string::npos)
         << text;
     for (const ProblemShape& dims : testing::kInPlaceShapes) expect_matches_reference(region_of(text), dims, 40, 0.5);

@@ -90,8 +90,8 @@ struct Tuning {
   // wrows is 0.
   int wrows = 33;
   int wcols = 1024;
-  // The last-level cache's size in KiB that crows compares B with; -1: the host's
-  // (host_llc_bytes), 0: unknown, so crows never applies. A test knob.
+  // The last-level cache's size in KiB that crows compares B with; -1: the host's share
+  // (host_llc_share_bytes), 0: unknown, so crows never applies. A test knob.
   int llc = -1;
   // Attention with at most fq query rows per head takes the few-query path (K and V read in
   // place: x86_simd_attention_few.cpp); 0 sends every call through the flash loop. 8: against

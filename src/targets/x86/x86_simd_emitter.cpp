@@ -121,7 +121,7 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
   }
   // Attention's default query block: one 12-row P·V tile (x86_simd_attention.cpp says why).
   if (kind == RegionKind::attention && !options.count("mr")) t.mr = t.avx2 ? 6 : 12;
-  if (t.llc < 0) t.llc = static_cast<int>(std::min<std::int64_t>(host_llc_bytes() / 1024, 1 << 30));
+  if (t.llc < 0) t.llc = static_cast<int>(std::min<std::int64_t>(host_llc_share_bytes() / 1024, 1 << 30));
   if (t.l2 < 0) t.l2 = static_cast<int>(std::min<std::int64_t>(host_l2_bytes() / 1024, 1 << 30));
   // AMX's K block: 384 lets A blocks of up to 455 rows (three bf16 parts) stay within 1 MiB of
   // L2 (768: 227), so B is packed for fewer row blocks; best of 30 calls at 512x2048x768 /

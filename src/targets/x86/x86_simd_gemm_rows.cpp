@@ -101,7 +101,11 @@ std::string ymm_row_step(bool full, const std::string& I) {
 //   1.03-1.25x on 16; Zen 4, B 2048 x 2048 in its 32 MiB L3: 16 rows 1.03x, 24 1.10x.
 // So rows below crows (25) take it where B is larger than the last-level cache, which it then
 // cannot stay in between calls. (A decoder's weights, many of them, stream from memory even
-// where one would fit; that case keeps the packed path.)
+// where one would fit; that case keeps the packed path.) The cache is the process's share
+// (host_llc_share_bytes): a guest's sysfs reports its host's whole L3, 300 MiB on the lent
+// host's 16 vCPUs, where a reused 64 MiB B was read at the speed of memory; 14-24 rows, 16
+// threads, ratio against oneDNN, row path / packed path: 1.04-1.26 / 0.80-0.97 (run bi, three
+// alternated passes before and three after the change; 8 and 32 rows unchanged).
 //
 // Tuning::wrows: with B in cache the packed path loses too where each thread's share of the
 // columns is wide: its 14-row tiles and their 4- or 2-row edges pack each 32-column panel for

@@ -115,8 +115,8 @@ TEST(HostIsa, LastLevelCacheFromSysfs) {
 }
 
 // The share a process counts on (what Tuning::crows compares B with): the whole last level on
-// bare metal; in a virtual machine no more than 2 MiB for each CPU of the process's affinity mask
-// (this VM's sysfs may report its host's whole L3), still a whole number of KiB.
+// bare metal; in a virtual machine 2 MiB for each CPU of the process's affinity mask, at least
+// 12 MiB, at most the last level (this VM's sysfs may report its host's whole L3).
 TEST(HostIsa, LastLevelCacheShare) {
   const std::int64_t llc = host_llc_bytes(), share = host_llc_share_bytes();
   EXPECT_LE(share, llc);
@@ -128,7 +128,7 @@ TEST(HostIsa, LastLevelCacheShare) {
   cpu_set_t set;
   CPU_ZERO(&set);
   ASSERT_EQ(sched_getaffinity(0, sizeof set, &set), 0);
-  const std::int64_t cap = std::int64_t{CPU_COUNT(&set)} << 21;
+  const std::int64_t cap = std::max(std::int64_t{12} << 20, std::int64_t{CPU_COUNT(&set)} << 21);
   EXPECT_EQ(share, guest ? std::min(llc, cap) : llc) << (guest ? "a guest" : "bare metal") << ", last level " << llc;
 }
 

@@ -46,7 +46,8 @@ bool host_has_avx2_fma(); // avx2 + fma: what the x86_avx2 lane's kernels assume
 std::int64_t host_llc_bytes();
 // The part of it this process can count on: host_llc_bytes, except in a virtual machine (the
 // `hypervisor` flag), whose sysfs reports its host's whole L3 while other guests share it (300
-// MiB for the lent host's 16 vCPUs): there at most 2 MiB for each CPU the process may run on.
+// MiB for the lent host's 16 vCPUs): there 2 MiB for each CPU the process may run on, at least
+// 12 MiB, at most host_llc_bytes.
 std::int64_t host_llc_share_bytes();
 // One core's L2 in bytes, from sysfs as host_llc_bytes (0: unknown or none).
 std::int64_t host_l2_bytes();

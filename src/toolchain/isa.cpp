@@ -111,18 +111,20 @@ std::int64_t host_llc_bytes() {
 std::int64_t host_llc_share_bytes() {
   const std::int64_t llc = host_llc_bytes();
   if (!cpu_flag("hypervisor")) return llc;
-  // About one core's slice of a Xeon's L3 (Sapphire Rapids 1.875 MiB). On the lent host's 16
-  // vCPUs the whole 300 MiB let a reused 4096 x 4096 B (64 MiB) count as cached, but it was read
-  // at the speed of memory, and 14-24 rows took the packed path at 0.80-0.97 of oneDNN against
-  // 1.04-1.26 on the row path (run bi, x86_simd_gemm_rows.cpp).
-  constexpr std::int64_t kPerCpu = std::int64_t{2} << 20;
+  // About one core's slice of a Xeon's L3 (Sapphire Rapids 1.875 MiB), and no less than 12 MiB.
+  // On the lent host's 16 vCPUs the whole 300 MiB let a reused 4096 x 4096 B (64 MiB) count as
+  // cached, but it was read at the speed of memory, and 14-24 rows took the packed path at
+  // 0.80-0.97 of oneDNN against 1.04-1.26 on the row path; on the two-core VM B of 8-9 MiB
+  // stayed cached (packed 0.96-1.23, rows 0.82-1.01) and B of 16-24 MiB did not (packed
+  // 0.83-1.08, rows 0.92-1.34). Run bi, x86_simd_gemm_rows.cpp.
+  constexpr std::int64_t kPerCpu = std::int64_t{2} << 20, kFloor = std::int64_t{12} << 20;
   std::int64_t cpus = 1;
 #if defined(__linux__)
   cpu_set_t set;
   CPU_ZERO(&set);
   if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) cpus = CPU_COUNT(&set);
 #endif
-  return std::min(llc, cpus * kPerCpu);
+  return std::min(llc, std::max(kFloor, cpus * kPerCpu));
 }
 
 std::int64_t host_l2_bytes() {

@@ -105,7 +105,8 @@ std::string ymm_row_step(bool full, const std::string& I) {
 // (host_llc_share_bytes): a guest's sysfs reports its host's whole L3, 300 MiB on the lent
 // host's 16 vCPUs, where a reused 64 MiB B was read at the speed of memory; 14-24 rows, 16
 // threads, ratio against oneDNN, row path / packed path: 1.04-1.26 / 0.80-0.97 (run bi, three
-// alternated passes before and three after the change; 8 and 32 rows unchanged).
+// alternated passes before and three after the change; 8 and 32 rows unchanged); the two-core
+// VM, B of 16-24 MiB, 1.01-1.51 / 0.77-1.18, while B of 8-9 MiB stayed cached there.
 //
 // Tuning::wrows: with B in cache the packed path loses too where each thread's share of the
 // columns is wide: its 14-row tiles and their 4- or 2-row edges pack each 32-column panel for

@@ -116,7 +116,7 @@ std::int64_t host_llc_share_bytes() {
   // cached, but it was read at the speed of memory, and 14-24 rows took the packed path at
   // 0.80-0.97 of oneDNN against 1.04-1.26 on the row path; on the two-core VM B of 8-9 MiB
   // stayed cached (packed 0.96-1.23, rows 0.82-1.01) and B of 16-24 MiB did not (packed
-  // 0.83-1.08, rows 0.92-1.34). Run bi, x86_simd_gemm_rows.cpp.
+  // 0.77-1.18, rows 1.01-1.51). Run bi, x86_simd_gemm_rows.cpp and decisions.md.
   constexpr std::int64_t kPerCpu = std::int64_t{2} << 20, kFloor = std::int64_t{12} << 20;
   std::int64_t cpus = 1;
 #if defined(__linux__)

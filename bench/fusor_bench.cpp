@@ -12,7 +12,7 @@
 // `fusor bench` execs this program.
 //
 //   fusor-bench SUITE [--filter TEXT] [--json] [--save FILE] [--min-ms MS] [--lane LANE] [--knob K=V]
-//               [--shape MxNxK | BxHxMxNkxD[:causal] ...]
+//               [--shape MxNxK | BxHxMxNkxD[:causal] | RxC ...]
 //   SUITE: gemm | gated | attention | norm | pointwise | small | all
 #include <algorithm>
 #include <array>
@@ -73,12 +73,13 @@ using json = nlohmann::json;
   std::exit(2);
 }
 
-// --shape: "MxNxK" (a GEMM + bias + GELU case) or "BxHxMxNkxD" with an optional ":causal" (an
-// attention case), positive integers.
+// --shape: "MxNxK" (a GEMM + bias + GELU case), "BxHxMxNkxD" with an optional ":causal" (an
+// attention case) or "RxC" (the norm and pointwise suites' cases of R rows of C), positive integers.
 struct CallerShape {
   std::vector<std::int64_t> dims;
   bool causal = false;
   bool attention() const { return dims.size() == 5; }
+  bool streaming() const { return dims.size() == 2; } // norm chains and pointwise kinds
 };
 
 CallerShape parse_shape(const std::string& text) {
@@ -101,9 +102,9 @@ CallerShape parse_shape(const std::string& text) {
     c.dims.push_back(v);
     at = x + 1;
   }
-  if (!(c.dims.size() == 3 && !c.causal) && c.dims.size() != 5)
-    die("--shape takes MxNxK (a GEMM, e.g. 24x4096x4096) or BxHxMxNkxD[:causal] (attention, e.g. "
-        "1x8x512x512x64:causal) with positive integers, not '" +
+  if (!((c.dims.size() == 2 || c.dims.size() == 3) && !c.causal) && c.dims.size() != 5)
+    die("--shape takes MxNxK (a GEMM, e.g. 24x4096x4096), BxHxMxNkxD[:causal] (attention, e.g. "
+        "1x8x512x512x64:causal) or RxC (norm and pointwise, e.g. 2048x2048) with positive integers, not '" +
         text + "'");
   return c;
 }
@@ -308,6 +309,7 @@ struct Result {
   std::vector<double> cross_core_ns;                      // the threads' placement, each round
   double work = 0;                                        // FLOPs or bytes
   bool bandwidth = false;
+  double copy_bytes = 0; // what the copy peer reads and writes
   double err = 0;
   std::string err_note;
   Tensor ref;                             // the reference over the rows err is measured on
@@ -338,8 +340,8 @@ struct Options {
   std::string suite, filter, save;
   bool json_lines = false;
   double min_ms = 1500;
-  // --shape: GEMM + bias + GELU and attention cases of these shapes in place of the suite's
-  // listed ones.
+  // --shape: GEMM + bias + GELU, attention, norm and pointwise cases of these shapes in place
+  // of the suite's listed ones.
   std::vector<CallerShape> shapes;
 };
 
@@ -684,7 +686,7 @@ Result bench_streaming(const std::string& name, const Region& region, const Prob
   std::vector<size_t> row_operands; // operands with rows; per-feature vectors stay whole
   for (size_t i = 0; i < operands.size(); ++i)
     if (operands[i].shape.size() == 2) row_operands.push_back(i);
-  measure_error(r, region, operands, row_operands, 64, k);
+  measure_error(r, region, operands, row_operands, std::min<std::int64_t>(dims.output[0], 64), k);
   FloatBuffer src(operands[0].data), dst(src.size()); // both on cache lines, like the kernel's
   const auto total = static_cast<std::int64_t>(src.size());
   std::vector<std::function<void()>> fns{[&] { k.call(); },
@@ -698,7 +700,8 @@ Result bench_streaming(const std::string& name, const Region& region, const Prob
   std::optional<Kernel> k2;
   also_base_lane(region, operands, k, k2, fns, names);
   record_times(r, time_interleaved(fns, opt.min_ms), names);
-  r.peer_note = "copy moves " + std::to_string(8.0 * static_cast<double>(total) / 1e6) + " MB";
+  r.copy_bytes = 8.0 * static_cast<double>(total);
+  r.peer_note = "copy moves " + std::to_string(r.copy_bytes / 1e6) + " MB";
   return r;
 }
 
@@ -731,7 +734,7 @@ Result bench_pointwise(bool reduce, std::int64_t rows, std::int64_t len, const O
                          region, dims, bytes, 15, opt);
 }
 
-json to_json(const Result& r, double copy_bytes, std::optional<double> peak) {
+json to_json(const Result& r, std::optional<double> peak) {
   json j;
   j["case"] = r.name;
   j["shape"] = r.shape;
@@ -765,7 +768,7 @@ json to_json(const Result& r, double copy_bytes, std::optional<double> peak) {
   if (r.bandwidth) {
     j["gbps"] = r.work / r.fusor_ms / 1e6;
     if (r.peer_ms.count("copy")) {
-      j["copy_gbps"] = copy_bytes / r.peer_ms.at("copy") / 1e6;
+      j["copy_gbps"] = r.copy_bytes / r.peer_ms.at("copy") / 1e6;
       j["fraction_of_copy_bw"] = j["gbps"].get<double>() / j["copy_gbps"].get<double>();
     }
   } else {
@@ -931,19 +934,29 @@ int run(const Options& opt) {
         const AttentionCase ac = square(s, d, causal);
         entries.push_back({"attention", ac.name, [=, &opt] { return bench_attention(ac, opt); }});
       }
-  entries.push_back(
-      {"norm", "rmsnorm_residual_weight_4096x4096", [&] { return bench_norm("rmsnorm", 4096, 4096, opt); }});
-  entries.push_back(
-      {"norm", "layer_norm_weight_bias_4096x4096", [&] { return bench_norm("layer_norm", 4096, 4096, opt); }});
-  // (Not a listed target: a row softmax, e^x for every element, its exponential the cost.)
-  entries.push_back({"norm", "softmax_weight_bias_4096x4096", [&] { return bench_norm("softmax", 4096, 4096, opt); }});
-  entries.push_back(
-      {"pointwise", "pointwise_swish_gate_4096x4096", [&] { return bench_pointwise(false, 4096, 4096, opt); }});
-  entries.push_back(
-      {"pointwise", "pointwise_reduce_sumsq_4096x4096", [&] { return bench_pointwise(true, 4096, 4096, opt); }});
+  // Norm chains and pointwise kinds of rows x len: the listed 4096 x 4096, or the caller's RxC.
+  const auto add_streaming = [&](std::int64_t rows, std::int64_t len) {
+    const std::string rc = std::to_string(rows) + "x" + std::to_string(len);
+    entries.push_back(
+        {"norm", "rmsnorm_residual_weight_" + rc, [=, &opt] { return bench_norm("rmsnorm", rows, len, opt); }});
+    entries.push_back(
+        {"norm", "layer_norm_weight_bias_" + rc, [=, &opt] { return bench_norm("layer_norm", rows, len, opt); }});
+    // (Not a listed target: a row softmax, e^x for every element, its exponential the cost.)
+    entries.push_back(
+        {"norm", "softmax_weight_bias_" + rc, [=, &opt] { return bench_norm("softmax", rows, len, opt); }});
+    entries.push_back(
+        {"pointwise", "pointwise_swish_gate_" + rc, [=, &opt] { return bench_pointwise(false, rows, len, opt); }});
+    entries.push_back(
+        {"pointwise", "pointwise_reduce_sumsq_" + rc, [=, &opt] { return bench_pointwise(true, rows, len, opt); }});
+  };
+  add_streaming(4096, 4096);
   if (!opt.shapes.empty()) entries.clear(); // --shape: only the caller's shapes
   for (const CallerShape& c : opt.shapes) {
     const auto& d = c.dims;
+    if (c.streaming()) {
+      add_streaming(d[0], d[1]);
+      continue;
+    }
     if (c.attention()) {
       const std::string nm = std::string("attention_") + (c.causal ? "causal_" : "") + std::to_string(d[0]) + "x" +
                              std::to_string(d[1]) + "x" + std::to_string(d[2]) + "x" + std::to_string(d[3]) + "x" +
@@ -976,7 +989,7 @@ int run(const Options& opt) {
     json readings;
     if (const std::optional<double> after = peak ? fma_peak_gflops() : std::nullopt)
       readings = {*peak, *after}, case_peak = std::max(*peak, *after), peak = after;
-    json j = to_json(r, 8.0 * 4096 * 4096, case_peak);
+    json j = to_json(r, case_peak);
     if (j.contains("fma_peak_gflops")) j["fma_peak_readings"] = readings; // a compute case with a peak
     if (opt.json_lines)
       std::printf("%s\n", j.dump().c_str()), std::fflush(stdout);
@@ -1046,16 +1059,17 @@ int main(int argc, char** argv) {
     else if (a == "-h" || a == "--help") {
       std::printf(
           "usage: fusor-bench SUITE [--filter TEXT] [--json] [--save FILE] [--min-ms MS] [--knob KEY=VALUE]\n"
-          "       [--lane x86_amx|x86_avx512|x86_avx2] [--shape MxNxK | BxHxMxNkxD[:causal] ...]\n"
+          "       [--lane x86_amx|x86_avx512|x86_avx2] [--shape MxNxK | BxHxMxNkxD[:causal] | RxC ...]\n"
           "SUITE: gemm | gated | attention | norm | pointwise | small | all (small: shapes where fixed costs show)\n"
           "--lane: the one lane of every case whose kind it computes (x86_amx: GEMM-rooted and attention; the "
           "others keep the base lane). Default: GEMM-rooted and attention cases on x86_amx and x86_avx512 where "
           "the host has AMX, the faster one's time fusor's, as its arbiter picks, else x86_avx512; every other "
           "case on x86_avx512. A host without AVX-512 runs every case on x86_avx2 and the portable x86_c lane, "
           "the faster one's time fusor's\n"
-          "--shape MxNxK | BxHxMxNkxD[:causal] (repeatable): f32 GEMM + bias + GELU cases, or attention cases of "
-          "B x H heads of M queries against Nk keys of D features (causal: top-left), of these shapes instead of "
-          "the listed ones (SUITE then the shapes' own, all or left out)\n"
+          "--shape MxNxK | BxHxMxNkxD[:causal] | RxC (repeatable): f32 GEMM + bias + GELU cases, attention cases "
+          "of B x H heads of M queries against Nk keys of D features (causal: top-left), or norm and pointwise "
+          "cases of R rows of C, of these shapes instead of the listed ones (SUITE then the shapes' own, all or "
+          "left out; RxC takes SUITE norm, pointwise or all)\n"
           "--knob KEY=VALUE (repeatable): a lane option for A/B runs (mr, kc, nb, byhead, ...), given to the "
           "kernels of the lanes timed for fusor, not to the peers' or side contenders'; a lane that does not take "
           "KEY refuses it and names those it takes. Each case and the saved machine record the knobs, and "
@@ -1067,11 +1081,21 @@ int main(int argc, char** argv) {
       fusor::bench::die("unknown argument '" + a + "' (see --help)");
   }
   const std::string suites = "gemm | gated | attention | norm | pointwise | small | all";
-  std::string shaped; // the suite of the --shape cases: gemm, attention, or all for both
+  // The suite of the --shape cases: gemm, attention, all for both; RxC cases are whichever of
+  // norm and pointwise SUITE names (both under all).
+  std::string shaped;
+  bool streaming = false;
   for (const auto& c : opt.shapes) {
+    if (c.streaming()) {
+      streaming = true;
+      continue;
+    }
     const std::string own = c.attention() ? "attention" : "gemm";
     shaped = shaped.empty() || shaped == own ? own : "all";
   }
+  if (streaming && opt.suite != "norm" && opt.suite != "pointwise" && opt.suite != "all")
+    fusor::bench::die("--shape RxC adds norm and pointwise cases: SUITE must be norm, pointwise or all, not '" +
+                      opt.suite + "'");
   if (opt.suite.empty()) opt.suite = shaped;
   if (opt.suite.empty()) fusor::bench::die("missing SUITE (" + suites + ")");
   if (!shaped.empty() && opt.suite != shaped && opt.suite != "all")

@@ -556,8 +556,9 @@ TEST_F(CliLanes, BenchPrintsOneJsonObjectPerCase) {
 }
 
 // `fusor bench --shape MxNxK`: the caller's GEMM shapes in place of the listed cases, each
-// checked by the oracle and timed against the same peers; a malformed shape or a suite that
-// holds no GEMM is refused with the reason.
+// checked by the oracle and timed against the same peers (attention's and the norm and
+// pointwise suites' shapes too); a malformed shape or a suite that holds no such case is
+// refused with the reason.
 TEST_F(CliLanes, BenchRunsTheCallersShapes) {
   if (!fs::exists(fs::path(FUSOR_BIN).parent_path() / "fusor-bench")) GTEST_SKIP() << "fusor-bench is not built";
   const auto r = fusor_env("bench --shape 17x300x40 --shape 3x513x9 --json --min-ms 1");
@@ -583,7 +584,30 @@ TEST_F(CliLanes, BenchRunsTheCallersShapes) {
     EXPECT_LT(j.at("max_abs_err").get<double>(), 1e-4) << line;
   }
   EXPECT_EQ(cases, (std::vector<std::string>{"attention_causal_1x2x40x70x16", "attention_2x1x33x33x8"})) << att.out;
-  for (const char* malformed : {"17x300", "17x300x", "1x2x3x4", "1x2x3x4x0", "17x300x40:causal", "1x2x3x4x5:soon"}) {
+  // Rows x columns make the norm chains' cases under `norm`, the pointwise kinds' under `pointwise`.
+  const auto rc = fusor_env("bench norm --shape 33x70 --json --min-ms 1");
+  ASSERT_EQ(rc.code, 0) << rc.err << rc.out;
+  std::istringstream rc_lines(rc.out);
+  cases.clear();
+  for (std::string line; std::getline(rc_lines, line);) {
+    const auto j = nlohmann::json::parse(line);
+    cases.push_back(j.at("case").get<std::string>());
+    EXPECT_TRUE(j.at("verified").get<bool>()) << line;
+    EXPECT_EQ(j.at("shape"), "33x70") << line;
+  }
+  EXPECT_EQ(cases, (std::vector<std::string>{"rmsnorm_residual_weight_33x70", "layer_norm_weight_bias_33x70",
+                                             "softmax_weight_bias_33x70"}))
+      << rc.out;
+  const auto pw = fusor_env("bench pointwise --shape 5x40 --json --min-ms 1");
+  ASSERT_EQ(pw.code, 0) << pw.err << pw.out;
+  EXPECT_NE(pw.out.find("\"case\":\"pointwise_reduce_sumsq_5x40\""), std::string::npos) << pw.out;
+  for (const char* suite : {"", "gemm "}) {
+    const auto refused = fusor_env(std::string("bench ") + suite + "--shape 33x70");
+    EXPECT_EQ(refused.code, 2) << suite;
+    EXPECT_NE(refused.err.find("SUITE must be norm, pointwise or all"), std::string::npos) << refused.err;
+  }
+  for (const char* malformed :
+       {"17", "17x300x", "1x2x3x4", "1x2x3x4x0", "17x300x40:causal", "17x300:causal", "1x2x3x4x5:soon"}) {
     const auto bad = fusor_env(std::string("bench --shape ") + malformed);
     EXPECT_EQ(bad.code, 2) << malformed;
     EXPECT_NE(bad.err.find("--shape takes MxNxK"), std::string::npos) << malformed << ": " << bad.err;

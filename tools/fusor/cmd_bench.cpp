@@ -86,8 +86,9 @@ Command add_bench_command(CLI::App& app) {
       ->check(CLI::IsMember({"x86_amx", "x86_avx512", "x86_avx2"}));
   sub->add_option("--shape", o->shapes,
                   "MxNxK: f32 GEMM + bias + GELU at this shape; BxHxMxNkxD[:causal]: attention of B x H heads of "
-                  "M queries against Nk keys of D features (causal: top-left); against the same peers, in place of "
-                  "the suite's listed cases (repeatable)");
+                  "M queries against Nk keys of D features (causal: top-left); RxC (SUITE norm, pointwise or all): "
+                  "those suites' cases of R rows of C; against the same peers, in place of the suite's listed cases "
+                  "(repeatable)");
   sub->add_option("--knob", o->knobs,
                   "KEY=VALUE: a lane option for A/B runs (mr, kc, nb, byhead, ...; a lane refuses a KEY it does not "
                   "take and names those it does), given to the kernels timed for fusor, recorded in each case and "

@@ -532,7 +532,23 @@ TEST(X86Simd, StreamingStoresGiveThePlainStoresBits) {
     }
     expect_verified(region, {{"stream", "1"}});
   }
-  // 0 plain, 1 streaming, 2 past the last-level cache: nothing else.
+  // By default outputs past the process's share of the last-level cache, at most 12 MiB, stream
+  // (stream_limit_bytes); the llc knob moves the limit below 12 MiB, an unknown cache (0) keeps it.
+  const auto limit = [&](std::map<std::string, std::string> options) {
+    EmitOptions o;
+    o.options = std::move(options);
+    auto src = lane(RegionKind::norm_chain)->emit(regions[0], o);
+    EXPECT_TRUE(src.ok());
+    const std::string text = src.ok() ? src->source : std::string();
+    const auto at = text.find("#define FUSOR_STREAM_LIMIT ");
+    return at == std::string::npos ? std::string() : text.substr(at + 27, text.find(".0", at) - at - 27);
+  };
+  const std::int64_t most = std::int64_t{12} << 20, share = host_llc_share_bytes() / 1024 * 1024;
+  EXPECT_EQ(limit({}), std::to_string(share > 0 && share < most ? share : most));
+  EXPECT_EQ(limit({{"llc", "8192"}}), std::to_string(8 << 20));
+  EXPECT_EQ(limit({{"llc", "65536"}}), std::to_string(most));
+  EXPECT_EQ(limit({{"llc", "0"}}), std::to_string(most));
+  // 0 plain, 1 streaming, 2 past the limit: nothing else.
   EmitOptions bad;
   bad.options = {{"stream", "3"}};
   EXPECT_FALSE(lane(RegionKind::norm_chain)->emit(regions[0], bad).ok());

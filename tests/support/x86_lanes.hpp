@@ -452,7 +452,8 @@ inline void expect_k_panels_streamed_or_not(std::string_view name, std::string_v
 // pairs of a head's largest and smallest items, claimed from ranges or the counter) match
 // the reference on lane `name`: eight heads of 150 rows (on the zmm tiles 32 items of four
 // 12-row blocks, head after head by default on two threads), one head of 200 rows (largest
-// first by default), GQA and 16-bit storage. The emitted order is the knob's.
+// first by default), GQA and 16-bit storage. The emitted order is the knob's. So do items
+// of at most one or three query blocks (qs), causal and not.
 inline void expect_causal_item_orders(std::string_view name) {
   for (const char* text :
        {"attention { scale = 0.125; causal = true }", "attention { scale = 0.3; causal = true; storage = bf16 }"}) {
@@ -479,6 +480,19 @@ inline void expect_causal_item_orders(std::string_view name) {
           expect_matches_reference_on(name, region, dims, 61, 0.5, knobs);
       }
   }
+  // Items of at most qs query blocks (the qs knob), causal and not, pairs among them.
+  for (const char* text : {"attention { scale = 0.125; causal = true }", "attention { scale = 0.2 }"})
+    for (const char* qs : {"1", "3"})
+      for (const char* byhead : {"2", "3"}) {
+        const Region region = region_of(text);
+        const std::map<std::string, std::string> knobs{{"qs", qs}, {"byhead", byhead}};
+        const std::string q = qs;
+        EXPECT_NE(emitted_source(name, region, knobs).find("  qs = " + q + " < QS ? " + q + " : QS;"),
+                  std::string::npos)
+            << name << " " << text << " qs=" << qs;
+        for (const ProblemShape& dims : {attention_dims(2, 4, 2, 150, 150, 64), attention_dims(1, 1, 1, 200, 200, 40)})
+          expect_matches_reference_on(name, region, dims, 62, 0.5, knobs);
+      }
 }
 
 // Non-causal query blocks claimed from per-thread ranges (claim = 1; 2, the default: while a

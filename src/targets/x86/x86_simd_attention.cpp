@@ -313,6 +313,7 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   s += "  int nthreads = 1;\n#ifdef _OPENMP\n  nthreads = omp_get_max_threads();\n#endif\n";
   s += "  int64_t qs = fusor_cdiv(M, FUSOR_MR) * nbh / (2 * nthreads);\n";
   s += "  qs = qs < 1 ? 1 : (qs > QS ? QS : qs);\n";
+  if (tuning.qs > 0) s += "  qs = " + std::to_string(tuning.qs) + " < QS ? " + std::to_string(tuning.qs) + " : QS;\n";
   s += "  const int64_t nkb = fusor_cdiv(Nk, 32);\n";
   if (amx) {
     s += "  if (!fusor_amx_permit()) return " + std::to_string(codegen::kKernelNoTileState) + ";\n";

@@ -38,7 +38,8 @@ struct Tuning {
   // overlap gains.
   int overlap = 1;
   // Norm chains and pointwise DAGs: non-temporal stores of the output (stream_helpers says
-  // why): 0 never, 1 always, 2 when the output passes the last-level cache.
+  // why): 0 never, 1 always, 2 when the output passes the process's share of the last-level
+  // cache, at most 12 MiB (stream_limit_bytes).
   int stream = 2;
   // GEMM-rooted kinds on the zmm and ymm tiles: B's packing prefetches the row this many rows
   // ahead (0: none). B [K, N] rows are N floats apart, a new page nearly every row, where the
@@ -90,8 +91,8 @@ struct Tuning {
   // wrows is 0.
   int wrows = 33;
   int wcols = 1024;
-  // The last-level cache's size in KiB that crows compares B with; -1: the host's share
-  // (host_llc_share_bytes), 0: unknown, so crows never applies. A test knob.
+  // The last-level cache's size in KiB that crows compares B with, and stream's limit; -1: the
+  // host's share (host_llc_share_bytes), 0: unknown, so crows never applies. A test knob.
   int llc = -1;
   // Attention with at most fq query rows per head takes the few-query path (K and V read in
   // place: x86_simd_attention_few.cpp); 0 sends every call through the flash loop. 8: against
@@ -120,6 +121,9 @@ struct Tuning {
   // With ranges: a thread takes runs of up to qs blocks from its own range's front (1) instead
   // of at most half of what is left of it (0). For A/B runs (run bh, 16 threads: 1.07-1.11x the time).
   int qrun = 0;
+  // Attention: at most this many query blocks an item, in place of the default (0: the
+  // blocks of every head spread over twice the threads, at most QS). For A/B runs.
+  int qs = 0;
   // GEMM-rooted kinds on the zmm and ymm tiles (no row reduction): threads out of items take
   // panels of others' last K blocks (steal_items in x86_simd_gemm.cpp; 0: the static split).
   int steal = 1;
@@ -379,8 +383,10 @@ std::string norm_chain_body(const NormChainRegion& region, bool avx2);
 std::string pointwise_body(const PointwiseGraphRegion& region, bool avx2);
 std::string pointwise_reduce_body(const PointwiseReduceRegion& region);
 std::string pointwise_helpers();
-// fusor_stream_output / fusor_stream_floats for the streaming kinds, with Tuning::stream's mode.
+// fusor_stream_output / fusor_stream_floats for the streaming kinds, with Tuning::stream's mode
+// and outputs past limit_bytes streamed in mode 2 (stream_limit_bytes).
 // (avx2: two ymm streaming stores per 64 bytes instead of one zmm.)
-std::string stream_helpers(int mode, bool avx2);
+std::int64_t stream_limit_bytes(const Tuning& tuning);
+std::string stream_helpers(int mode, std::int64_t limit_bytes, bool avx2);
 
 } // namespace fusor::x86::simd

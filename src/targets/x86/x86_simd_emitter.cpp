@@ -56,8 +56,8 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
     // `bnext`, `bcopy` and the row path's `srows`, `crows`, `llc`, `wrows`, `wcols`, `runc`,
     // `ksplit` the zmm and ymm tiles' (AMX's packing prefetches its own way; its tiles sum in
     // their own order, keep their own epilogue and take no row path); `fq` is attention's
-    // few-query path, on zmm or ymm registers in all three lanes, and `byhead` causal
-    // attention's order of items in all three.
+    // few-query path, on zmm or ymm registers in all three lanes, `byhead` causal attention's
+    // order of items and `qs` attention's query blocks an item in all three.
     enum class On { any, vector, amx };
     // hi_avx2: the ymm tile's bound where it differs (6 rows).
     struct Knob {
@@ -93,6 +93,7 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
         {"byhead", &simd::Tuning::byhead, 0, 3, On::any},
         {"claim", &simd::Tuning::claim, 0, 2, On::any},
         {"qrun", &simd::Tuning::qrun, 0, 1, On::any},
+        {"qs", &simd::Tuning::qs, 0, 16, On::any},
         {"l2", &simd::Tuning::l2, 0, 1 << 30, On::any},
         {"runc", &simd::Tuning::runc, 0, 16384, On::vector},
         {"dyn", &simd::Tuning::dyn, 0, 1, On::amx},
@@ -269,7 +270,6 @@ Expected<KernelSource> emit_lane(const Region& region, const EmitOptions& option
   }
   const bool streaming = kind == RegionKind::pointwise || kind == RegionKind::norm_chain;
   if (tuning.amx) head += "#define _GNU_SOURCE /* syscall() */\n#include <sys/syscall.h>\n#include <unistd.h>\n";
-  if (streaming) head += "#define _GNU_SOURCE /* sysconf(_SC_LEVEL3_CACHE_SIZE) */\n#include <unistd.h>\n";
   head += "#include <immintrin.h>\n#include <math.h>\n#include <stdint.h>\n#include <stdlib.h>\n#include <string.h>\n";
   head += "#ifdef _OPENMP\n#include <omp.h>\n#endif\n\n";
   head += codegen::render_storage_helpers(codegen::c99_simd_dialect());
@@ -305,7 +305,7 @@ Expected<KernelSource> emit_lane(const Region& region, const EmitOptions& option
   if (vector_words) head += simd::attention_vector_source(ld, tuning.avx2);
   if (few_queries) head += simd::attention_few_queries_source(*attention, ld);
   if (kind == RegionKind::pointwise || kind == RegionKind::pointwise_reduce) head += simd::pointwise_helpers();
-  if (streaming) head += simd::stream_helpers(tuning.stream, tuning.avx2);
+  if (streaming) head += simd::stream_helpers(tuning.stream, simd::stream_limit_bytes(tuning), tuning.avx2);
 
   KernelSource source =
       codegen::kernel_source(region, options,

@@ -83,29 +83,41 @@ std::string output_value(RowNorm norm, const std::string& row, const std::string
 
 } // namespace
 
+// The output size past which stream = 2 streams: the process's share of the last-level cache
+// (Tuning::llc, host_llc_share_bytes: the few-row GEMMs' measure too), at most 12 MiB. Same-run
+// A/B of plain (stream=0) against streaming (stream=1) stores, norm chains and pointwise DAGs
+// of 512-3072 rows of 4096 floats (8-48 MiB of output): on the two-core VM (12 MiB counted)
+// streaming lost at 8 MiB (softmax 0.54-0.57 against 0.63-0.65 ms, the pointwise DAG 0.75-0.76
+// against 0.79-0.93) and from 16 MiB was even or ahead (rms norm at 16 MiB 1.16-1.50 against
+// 0.93-1.18 ms) but for softmax at 16 MiB in one set of two; on the lent Sapphire Rapids host's
+// 16 threads (32 MiB counted) it was ahead from 16 MiB, 2x at 32 MiB (rms norm 0.86-0.92
+// against 0.43-0.48 ms), where the former rule (the OS's L3 size, capped at 32 MiB) kept plain
+// stores up to 32 MiB; on the lent Emerald Rapids host's 16 threads it was ahead at 8 MiB too
+// (norms 0.67-0.92x the time). So the bound sits between 8 and 16 MiB whatever the share.
+// Run bj: bench/results/cpu-2026-12-06-bj-*.json.
+std::int64_t stream_limit_bytes(const Tuning& tuning) {
+  constexpr std::int64_t kMost = std::int64_t{12} << 20;
+  const std::int64_t share = std::int64_t{tuning.llc} * 1024;
+  return share > 0 && share < kMost ? share : kMost;
+}
+
 // A plain store reads its line before writing it (read-for-ownership), so an output that
 // goes to memory anyway costs twice its bytes; a non-temporal store writes the line without
 // the read. Measured on the development VM (AMD EPYC, 4096 x 4096): a copy 1.4x faster, a
-// layer norm 1.35x. For an output that fits the last-level cache the plain store is right:
-// the next kernel reads it from there. The L3 size is the OS's, capped at 32 MiB because VMs
-// report the host's (320 MiB on that VM, whose cores see 32).
-std::string stream_helpers(int mode, bool avx2) {
+// layer norm 1.35x. For an output that stays in the last-level cache the plain store is right:
+// the next kernel reads it from there. Outputs past limit_bytes stream (stream_limit_bytes says
+// how much that is).
+std::string stream_helpers(int mode, std::int64_t limit_bytes, bool avx2) {
   // 64 bytes streamed: one zmm, or two ymm for the x86_avx2 lane.
   const std::string stream64 = avx2 ? "_mm256_stream_ps(dst + j, _mm256_loadu_ps(src + j));\n"
                                       "    _mm256_stream_ps(dst + j + 8, _mm256_loadu_ps(src + j + 8));\n"
                                     : "_mm512_stream_ps(dst + j, _mm512_loadu_ps(src + j));\n";
-  return "#define FUSOR_STREAM_MODE " + std::to_string(mode) + R"( /* 0 plain stores, 1 streaming, 2 past the L3 */
+  return "#define FUSOR_STREAM_MODE " + std::to_string(mode) +
+         " /* 0 plain stores, 1 streaming, 2 past the limit */\n" + "#define FUSOR_STREAM_LIMIT " +
+         std::to_string(limit_bytes) + ".0 /* bytes of output */\n" + R"(
 #define FUSOR_OUT_CHUNK 1024 /* floats of output staged in L1 before they are streamed */
 static int fusor_stream_output(double bytes) {
-  static long limit; /* 0: not read yet; a race reads the same value twice */
-  long l = __atomic_load_n(&limit, __ATOMIC_RELAXED);
-  if (FUSOR_STREAM_MODE != 2) return FUSOR_STREAM_MODE;
-  if (l == 0) {
-    l = sysconf(_SC_LEVEL3_CACHE_SIZE);
-    if (l <= 0 || l > (32l << 20)) l = 32l << 20;
-    __atomic_store_n(&limit, l, __ATOMIC_RELAXED);
-  }
-  return bytes > (double)l;
+  return FUSOR_STREAM_MODE == 2 ? bytes > FUSOR_STREAM_LIMIT : FUSOR_STREAM_MODE;
 }
 /* dst[0, n) = src[0, n): streaming stores where dst is 64-byte aligned, plain ones at the
    edges. With each 64 bytes stored, the next line of the read streams at addresses pa and pb

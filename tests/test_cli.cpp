@@ -561,46 +561,37 @@ TEST_F(CliLanes, BenchPrintsOneJsonObjectPerCase) {
 // refused with the reason.
 TEST_F(CliLanes, BenchRunsTheCallersShapes) {
   if (!fs::exists(fs::path(FUSOR_BIN).parent_path() / "fusor-bench")) GTEST_SKIP() << "fusor-bench is not built";
-  const auto r = fusor_env("bench --shape 17x300x40 --shape 3x513x9 --json --min-ms 1");
-  ASSERT_EQ(r.code, 0) << r.err << r.out;
-  std::istringstream lines(r.out);
-  std::vector<std::string> cases;
-  for (std::string line; std::getline(lines, line);) {
-    const auto j = nlohmann::json::parse(line);
-    cases.push_back(j.at("case").get<std::string>());
-    EXPECT_TRUE(j.at("verified").get<bool>()) << line;
-    EXPECT_GT(j.at("fusor_ms").get<double>(), 0.0) << line;
-  }
-  EXPECT_EQ(cases, (std::vector<std::string>{"gemm_bias_gelu_17x300x40", "gemm_bias_gelu_3x513x9"})) << r.out;
+  // Each case of a --json run, in order, checked by the oracle and with its own time.
+  const auto cases_of = [&](const std::string& args) {
+    const auto r = fusor_env(args);
+    EXPECT_EQ(r.code, 0) << args << ": " << r.err << r.out;
+    std::istringstream lines(r.out);
+    std::vector<nlohmann::json> cases;
+    for (std::string line; std::getline(lines, line);) {
+      cases.push_back(nlohmann::json::parse(line));
+      EXPECT_TRUE(cases.back().at("verified").get<bool>()) << line;
+      EXPECT_GT(cases.back().at("fusor_ms").get<double>(), 0.0) << line;
+    }
+    return cases;
+  };
+  const auto names = [](const std::vector<nlohmann::json>& cases) {
+    std::vector<std::string> out;
+    for (const auto& j : cases) out.push_back(j.at("case").get<std::string>());
+    return out;
+  };
+  EXPECT_EQ(names(cases_of("bench --shape 17x300x40 --shape 3x513x9 --json --min-ms 1")),
+            (std::vector<std::string>{"gemm_bias_gelu_17x300x40", "gemm_bias_gelu_3x513x9"}));
   // Attention shapes (B x H x M x Nk x D, causal or not) make attention cases.
-  const auto att = fusor_env("bench --shape 1x2x40x70x16:causal --shape 2x1x33x33x8 --json --min-ms 1");
-  ASSERT_EQ(att.code, 0) << att.err << att.out;
-  std::istringstream att_lines(att.out);
-  cases.clear();
-  for (std::string line; std::getline(att_lines, line);) {
-    const auto j = nlohmann::json::parse(line);
-    cases.push_back(j.at("case").get<std::string>());
-    EXPECT_TRUE(j.at("verified").get<bool>()) << line;
-    EXPECT_LT(j.at("max_abs_err").get<double>(), 1e-4) << line;
-  }
-  EXPECT_EQ(cases, (std::vector<std::string>{"attention_causal_1x2x40x70x16", "attention_2x1x33x33x8"})) << att.out;
+  const auto att = cases_of("bench --shape 1x2x40x70x16:causal --shape 2x1x33x33x8 --json --min-ms 1");
+  EXPECT_EQ(names(att), (std::vector<std::string>{"attention_causal_1x2x40x70x16", "attention_2x1x33x33x8"}));
+  for (const auto& j : att) EXPECT_LT(j.at("max_abs_err").get<double>(), 1e-4) << j.dump();
   // Rows x columns make the norm chains' cases under `norm`, the pointwise kinds' under `pointwise`.
-  const auto rc = fusor_env("bench norm --shape 33x70 --json --min-ms 1");
-  ASSERT_EQ(rc.code, 0) << rc.err << rc.out;
-  std::istringstream rc_lines(rc.out);
-  cases.clear();
-  for (std::string line; std::getline(rc_lines, line);) {
-    const auto j = nlohmann::json::parse(line);
-    cases.push_back(j.at("case").get<std::string>());
-    EXPECT_TRUE(j.at("verified").get<bool>()) << line;
-    EXPECT_EQ(j.at("shape"), "33x70") << line;
-  }
-  EXPECT_EQ(cases, (std::vector<std::string>{"rmsnorm_residual_weight_33x70", "layer_norm_weight_bias_33x70",
-                                             "softmax_weight_bias_33x70"}))
-      << rc.out;
-  const auto pw = fusor_env("bench pointwise --shape 5x40 --json --min-ms 1");
-  ASSERT_EQ(pw.code, 0) << pw.err << pw.out;
-  EXPECT_NE(pw.out.find("\"case\":\"pointwise_reduce_sumsq_5x40\""), std::string::npos) << pw.out;
+  const auto rc = cases_of("bench norm --shape 33x70 --json --min-ms 1");
+  EXPECT_EQ(names(rc), (std::vector<std::string>{"rmsnorm_residual_weight_33x70", "layer_norm_weight_bias_33x70",
+                                                 "softmax_weight_bias_33x70"}));
+  for (const auto& j : rc) EXPECT_EQ(j.at("shape"), "33x70") << j.dump();
+  EXPECT_EQ(names(cases_of("bench pointwise --shape 5x40 --json --min-ms 1")),
+            (std::vector<std::string>{"pointwise_swish_gate_5x40", "pointwise_reduce_sumsq_5x40"}));
   for (const char* suite : {"", "gemm "}) {
     const auto refused = fusor_env(std::string("bench ") + suite + "--shape 33x70");
     EXPECT_EQ(refused.code, 2) << suite;

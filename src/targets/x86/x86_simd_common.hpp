@@ -92,7 +92,8 @@ struct Tuning {
   int wrows = 33;
   int wcols = 1024;
   // The last-level cache's size in KiB that crows compares B with, and stream's limit; -1: the
-  // host's share (host_llc_share_bytes), 0: unknown, so crows never applies. A test knob.
+  // host's share (host_llc_share_bytes), 0: unknown, so crows never applies (stream: 12 MiB).
+  // A test knob.
   int llc = -1;
   // Attention with at most fq query rows per head takes the few-query path (K and V read in
   // place: x86_simd_attention_few.cpp); 0 sends every call through the flash loop. 8: against

@@ -16,6 +16,7 @@
 #include "fusor/toolchain.hpp"
 #include "support/compare.hpp"
 #include "support/x86_lanes.hpp"
+#include "targets/x86/x86_simd_common.hpp"
 #include "targets/x86/x86_simd_emitter.hpp"
 
 namespace fusor {
@@ -297,14 +298,28 @@ TEST(X86Amx, AttentionOverlapChangesOnlyTheOrder) {
   }
 }
 
-// testing::expect_causal_item_orders says what it covers (the lane's default is 0; the
-// emitted source shows it).
+// testing::expect_causal_item_orders says what it covers. The lane's default is pairs of
+// two-block items (byhead = 3, qs = 2) on a process of 16 CPUs or more, else the largest
+// blocks of every head first (0); the emitted source shows which.
 TEST(X86Amx, AttentionCausalItemOrders) {
   REQUIRE_AMX();
   testing::expect_causal_item_orders("x86_amx");
-  EXPECT_NE(
-      testing::emitted_source("x86_amx", region_of("attention { causal = true }"), {}).find("const int by_head = 0;"),
-      std::string::npos);
+  for (const int cpus : {1, 2, 8, 15}) EXPECT_FALSE(x86::simd::amx_causal_pairs(cpus)) << cpus;
+  for (const int cpus : {16, 64}) EXPECT_TRUE(x86::simd::amx_causal_pairs(cpus)) << cpus;
+  const bool pairs = x86::simd::amx_causal_pairs(host_affinity_cpus());
+  const std::string source = testing::emitted_source("x86_amx", region_of("attention { causal = true }"), {});
+  EXPECT_EQ(source.find("const int by_head = 0;") != std::string::npos, !pairs);
+  EXPECT_EQ(source.find("(e == 0 ? nqb - 1 - pk : pk)") != std::string::npos, pairs);
+  EXPECT_EQ(source.find("  qs = 2 < QS ? 2 : QS;") != std::string::npos, pairs);
+  // Pairs given as a knob take two-block items too, unless qs says otherwise; non-causal
+  // attention keeps its items.
+  const Region causal = region_of("attention { causal = true }");
+  EXPECT_NE(testing::emitted_source("x86_amx", causal, {{"byhead", "3"}}).find("  qs = 2 < QS ? 2 : QS;"),
+            std::string::npos);
+  EXPECT_EQ(testing::emitted_source("x86_amx", causal, {{"byhead", "3"}, {"qs", "0"}}).find("  qs = 2 < QS"),
+            std::string::npos);
+  EXPECT_EQ(testing::emitted_source("x86_amx", region_of("attention { }"), {}).find("  qs = 2 < QS"),
+            std::string::npos);
 }
 
 // testing::expect_query_block_claims says what it covers.

@@ -49,6 +49,8 @@ std::int64_t host_llc_bytes();
 // MiB for the lent host's 16 vCPUs): there 2 MiB for each CPU the process may run on, at least
 // 12 MiB, at most host_llc_bytes.
 std::int64_t host_llc_share_bytes();
+// How many CPUs this process may run on (its affinity mask; 1 where unknown).
+int host_affinity_cpus();
 // One core's L2 in bytes, from sysfs as host_llc_bytes (0: unknown or none).
 std::int64_t host_l2_bytes();
 // Why this process cannot run AMX bf16 tiles (nullopt: it can): the CPU lacks amx_tile or

@@ -118,13 +118,17 @@ std::int64_t host_llc_share_bytes() {
   // stayed cached (packed 0.96-1.23, rows 0.82-1.01) and B of 16-24 MiB did not (packed
   // 0.77-1.18, rows 1.01-1.51). Run bi, x86_simd_gemm_rows.cpp and decisions.md.
   constexpr std::int64_t kPerCpu = std::int64_t{2} << 20, kFloor = std::int64_t{12} << 20;
-  std::int64_t cpus = 1;
+  return std::min(llc, std::max(kFloor, host_affinity_cpus() * kPerCpu));
+}
+
+int host_affinity_cpus() {
+  int cpus = 1;
 #if defined(__linux__)
   cpu_set_t set;
   CPU_ZERO(&set);
   if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) cpus = CPU_COUNT(&set);
 #endif
-  return std::min(llc, std::max(kFloor, cpus * kPerCpu));
+  return cpus;
 }
 
 std::int64_t host_l2_bytes() {

@@ -102,6 +102,19 @@ static void fusor_pv(int tile_rows, int64_t j0, int64_t j1, const float* restric
 // the items would not keep every thread busy twice over.
 constexpr int kQueryBlocks = 4, kAmxQueryBlocks = 16;
 
+// Whether the AMX lane's causal items go in pairs claimed from ranges (byhead = 3), each item
+// of at most two query blocks, on a process of `cpus` CPUs. By default causal items of four
+// blocks went largest first from a dynamic schedule, about two a thread at S = 512 on 16
+// threads: a thread whose tiles run at a third of the rate (the lent hosts' tile probe finds
+// one or more) holds a whole large item to the end. Pairs of two-block items leave it a share
+// the others take from its range. Lent Sapphire Rapids host, 16 threads, seven passes
+// alternated with the default, the AMX lane's time: causal S = 512 0.57-0.87x at D = 64 and
+// 0.55-0.86x at D = 128, S = 2048 0.75-0.83x (two passes); fusor's ratio against oneDNN at S =
+// 512 D = 128 1.88-2.83 against 1.48-2.43 (run bj). On the two-core VM the same knobs took
+// 0.99-1.09x the time at S = 512 and 2048 in two passes of three (the first, in a noisy phase,
+// 0.73-1.14x), so fewer CPUs keep the default; 16 is the count measured.
+bool amx_causal_pairs(int cpus) { return cpus >= 16; }
+
 namespace {
 
 // Whether the x86_avx2 lane's score kernel reads whole f32 query blocks where they lie
@@ -313,7 +326,8 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   s += "  int nthreads = 1;\n#ifdef _OPENMP\n  nthreads = omp_get_max_threads();\n#endif\n";
   s += "  int64_t qs = fusor_cdiv(M, FUSOR_MR) * nbh / (2 * nthreads);\n";
   s += "  qs = qs < 1 ? 1 : (qs > QS ? QS : qs);\n";
-  if (tuning.qs > 0) s += "  qs = " + std::to_string(tuning.qs) + " < QS ? " + std::to_string(tuning.qs) + " : QS;\n";
+  const int qs_cap = tuning.qs >= 0 ? tuning.qs : (amx && causal && tuning.byhead == 3 ? 2 : 0);
+  if (qs_cap > 0) s += "  qs = " + std::to_string(qs_cap) + " < QS ? " + std::to_string(qs_cap) + " : QS;\n";
   s += "  const int64_t nkb = fusor_cdiv(Nk, 32);\n";
   if (amx) {
     s += "  if (!fusor_amx_permit()) return " + std::to_string(codegen::kKernelNoTileState) + ";\n";

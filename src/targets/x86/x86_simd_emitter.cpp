@@ -129,8 +129,9 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
   // 1024^3 / 128x3072x768 / 2048^3 / gated 512x768->2048: 3.9-4.1 / 5.1-5.5 / 1.7 / 42.8 / 7.4
   // ms against 4.3 / 5.1-5.6 / 2.0 / 45.1 / 7.7 with 768.
   if (t.amx && !options.count("kc")) t.kc = 384;
-  // AMX's tiles gained nothing from the head-after-head order (x86_simd_attention.cpp).
-  if (t.amx && !options.count("byhead")) t.byhead = 0;
+  // AMX's tiles gained nothing from the head-after-head order (x86_simd_attention.cpp); causal
+  // pairs of two-block items on 16 CPUs or more (amx_causal_pairs).
+  if (t.amx && !options.count("byhead")) t.byhead = simd::amx_causal_pairs(host_affinity_cpus()) ? 3 : 0;
   return t;
 }
 

@@ -299,8 +299,8 @@ TEST(X86Amx, AttentionOverlapChangesOnlyTheOrder) {
 }
 
 // testing::expect_causal_item_orders says what it covers. The lane's default is pairs of
-// two-block items (byhead = 3, qs = 2) on a process of 16 CPUs or more, else the largest
-// blocks of every head first (0); the emitted source shows which.
+// items sized for five a thread (byhead = 3, qitems = 5) on a process of 16 CPUs or more, else
+// the largest blocks of every head first (0) sized for two; the emitted source shows which.
 TEST(X86Amx, AttentionCausalItemOrders) {
   REQUIRE_AMX();
   testing::expect_causal_item_orders("x86_amx");
@@ -310,15 +310,16 @@ TEST(X86Amx, AttentionCausalItemOrders) {
   const std::string source = testing::emitted_source("x86_amx", region_of("attention { causal = true }"), {});
   EXPECT_EQ(source.find("const int by_head = 0;") != std::string::npos, !pairs);
   EXPECT_EQ(source.find("(e == 0 ? nqb - 1 - pk : pk)") != std::string::npos, pairs);
-  EXPECT_EQ(source.find("  qs = 2 < QS ? 2 : QS;") != std::string::npos, pairs);
-  // Pairs given as a knob take two-block items too, unless qs says otherwise; non-causal
-  // attention keeps its items.
+  EXPECT_EQ(source.find(" / (5 * nthreads);") != std::string::npos, pairs);
+  EXPECT_EQ(source.find(" / (2 * nthreads);") != std::string::npos, !pairs);
+  // Pairs given as a knob take items sized for five a thread too, unless qitems says
+  // otherwise; non-causal attention keeps two a thread.
   const Region causal = region_of("attention { causal = true }");
-  EXPECT_NE(testing::emitted_source("x86_amx", causal, {{"byhead", "3"}}).find("  qs = 2 < QS ? 2 : QS;"),
+  EXPECT_NE(testing::emitted_source("x86_amx", causal, {{"byhead", "3"}}).find(" / (5 * nthreads);"),
             std::string::npos);
-  EXPECT_EQ(testing::emitted_source("x86_amx", causal, {{"byhead", "3"}, {"qs", "0"}}).find("  qs = 2 < QS"),
+  EXPECT_NE(testing::emitted_source("x86_amx", causal, {{"byhead", "3"}, {"qitems", "2"}}).find(" / (2 * nthreads);"),
             std::string::npos);
-  EXPECT_EQ(testing::emitted_source("x86_amx", region_of("attention { }"), {}).find("  qs = 2 < QS"),
+  EXPECT_NE(testing::emitted_source("x86_amx", region_of("attention { }"), {}).find(" / (2 * nthreads);"),
             std::string::npos);
 }
 

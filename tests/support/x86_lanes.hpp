@@ -453,7 +453,8 @@ inline void expect_k_panels_streamed_or_not(std::string_view name, std::string_v
 // the reference on lane `name`: eight heads of 150 rows (on the zmm tiles 32 items of four
 // 12-row blocks, head after head by default on two threads), one head of 200 rows (largest
 // first by default), GQA and 16-bit storage. The emitted order is the knob's. So do items
-// of at most one or three query blocks (qs), causal and not.
+// of at most one or three query blocks (qs), causal and not, and items sized for one or seven a
+// thread (qitems).
 inline void expect_causal_item_orders(std::string_view name) {
   for (const char* text :
        {"attention { scale = 0.125; causal = true }", "attention { scale = 0.3; causal = true; storage = bf16 }"}) {
@@ -465,6 +466,12 @@ inline void expect_causal_item_orders(std::string_view name) {
           << name << " " << text << " byhead=" << byhead;
       for (const ProblemShape& dims : {attention_dims(2, 4, 2, 150, 150, 64), attention_dims(1, 1, 1, 200, 200, 40)})
         expect_matches_reference_on(name, region, dims, 61, 0.5, knobs);
+    }
+    // The vector lanes' default is 2 (the AMX lane's: X86Amx.AttentionCausalItemOrders).
+    if (name != "x86_amx") {
+      EXPECT_NE(emitted_source(name, region, {}).find("const int by_head = nbh * nqb >= 16 * (int64_t)nthreads;"),
+                std::string::npos)
+          << name << " " << text;
     }
     // Pairs (byhead = 3) from ranges or the counter, on every thread and on one (which must
     // take every other range's pairs from its back); 200 rows make an odd count of items.
@@ -493,6 +500,17 @@ inline void expect_causal_item_orders(std::string_view name) {
         for (const ProblemShape& dims : {attention_dims(2, 4, 2, 150, 150, 64), attention_dims(1, 1, 1, 200, 200, 40)})
           expect_matches_reference_on(name, region, dims, 62, 0.5, knobs);
       }
+  // Items sized for qitems a thread (the qitems knob), causal pairs and not.
+  for (const char* text : {"attention { scale = 0.125; causal = true }", "attention { scale = 0.2 }"})
+    for (const char* qitems : {"1", "7"}) {
+      const Region region = region_of(text);
+      const std::map<std::string, std::string> knobs{{"qitems", qitems}, {"byhead", "3"}};
+      EXPECT_NE(emitted_source(name, region, knobs).find(" / (" + std::string(qitems) + " * nthreads);"),
+                std::string::npos)
+          << name << " " << text << " qitems=" << qitems;
+      for (const ProblemShape& dims : {attention_dims(2, 4, 2, 150, 150, 64), attention_dims(1, 3, 3, 500, 500, 32)})
+        expect_matches_reference_on(name, region, dims, 63, 0.5, knobs);
+    }
 }
 
 // Non-causal query blocks claimed from per-thread ranges (claim = 1; 2, the default: while a

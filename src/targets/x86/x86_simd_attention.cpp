@@ -16,6 +16,7 @@
 
 #include "codegen/abi.hpp"
 #include "codegen/c_renderer.hpp"
+#include "fusor/toolchain.hpp"
 #include "targets/x86/x86_simd_common.hpp"
 
 namespace fusor::x86::simd {
@@ -102,20 +103,40 @@ static void fusor_pv(int tile_rows, int64_t j0, int64_t j1, const float* restric
 // the items would not keep every thread busy twice over.
 constexpr int kQueryBlocks = 4, kAmxQueryBlocks = 16;
 
-// Whether the AMX lane's causal items go in pairs claimed from ranges (byhead = 3), each item
-// of at most two query blocks, on a process of `cpus` CPUs. By default causal items of four
-// blocks went largest first from a dynamic schedule, about two a thread at S = 512 on 16
-// threads: a thread whose tiles run at a third of the rate (the lent hosts' tile probe finds
-// one or more) holds a whole large item to the end. Pairs of two-block items leave it a share
-// the others take from its range. Lent Sapphire Rapids host, 16 threads, seven passes
-// alternated with the default, the AMX lane's time: causal S = 512 0.57-0.87x at D = 64 and
-// 0.55-0.86x at D = 128, S = 2048 0.75-0.83x (two passes); fusor's ratio against oneDNN at S =
-// 512 D = 128 1.88-2.83 against 1.48-2.43 (run bj). On the two-core VM the same knobs took
-// 0.99-1.09x the time at S = 512 and 2048 in two passes of three (the first, in a noisy phase,
-// 0.73-1.14x), so fewer CPUs keep the default; 16 is the count measured.
+// Whether the AMX lane's causal items go in pairs claimed from ranges (byhead = 3), sized for
+// five items a thread (qitems = 5), on a process of `cpus` CPUs. Largest first from a dynamic
+// schedule with items sized for two a thread, at S = 512 on 16 threads each thread holds about
+// two items of four blocks: a thread whose tiles run at a third of the rate (the lent hosts' tile
+// probe finds one or more) keeps a whole large item to the end. Pairs of smaller items leave it a
+// share the others take from its range. Lent Sapphire Rapids host, 16 threads, the AMX lane's
+// time (run bj, seven passes alternated with the former default): pairs of two-block items took
+// 0.55-0.87x at causal S = 512; fusor's ratio against oneDNN at D = 128 1.88-2.83 against
+// 1.48-2.43. But two-block items lose where the blocks are many, since the tiles' block steps are
+// pipelined within an item only (run bk, same host): at S = 2048 2.13-2.36 / 3.88-4.57 ms (D = 64
+// / 128) against 1.67-2.46 / 2.94-5.57 largest first (medians 1.70 / 3.06). Items of at most 2,
+// 4, 5, 6, 8 and 16 blocks at S = 512, 768, 1024 and 2048 ran fastest with about three pairs a
+// thread: 4 (0.16-0.33 / 0.27-0.49 ms against 0.27-0.35 / 0.46-0.66 largest first), 6 at S = 768
+// (D = 128, H = 8: 0.64-1.01 against 0.84-1.09), 8 at S = 1024 (0.58 / 0.95-0.99 against
+// 0.74-0.83 / 1.23-1.37) and 16 at S = 2048 (1.67-1.71 / 2.93-3.01, even with largest first),
+// which qitems = 5 picks at each. On the two-core VM pairs of two-block items took 0.99-1.09x the
+// time (run bj); on the Emerald Rapids host under taskset (run bk) 12 CPUs 0.81-1.24x at S = 2048
+// (median 1.12), 8 CPUs 0.66-1.34x, 4 CPUs 0.65-2.71x: no count below 16 gained throughout, so
+// fewer CPUs keep the former default. On that host's 16 threads, its tiles mostly slowed, the AMX
+// lane read the same with either rule but at S = 768 and 1024 D = 128 (1.39-1.55 / 2.07-2.46 ms
+// against 1.24-1.29 / 1.83-2.07 largest first); there the zmm lane takes causal attention.
 bool amx_causal_pairs(int cpus) { return cpus >= 16; }
 
 namespace {
+
+// The tuning with attention's item defaults filled in where no knob gave them (Tuning::byhead,
+// Tuning::qitems), decided here alone because the AMX lane's depend on the region (causal) and
+// the process's CPUs (amx_causal_pairs). The AMX tiles gained nothing from the head-after-head
+// order (causal_items_by_head).
+Tuning with_item_defaults(Tuning t, bool causal) {
+  if (t.byhead < 0) t.byhead = !t.amx ? 2 : amx_causal_pairs(host_affinity_cpus()) ? 3 : 0;
+  if (t.qitems < 0) t.qitems = t.amx && causal && t.byhead == 3 ? 5 : 2;
+  return t;
+}
 
 // Whether the x86_avx2 lane's score kernel reads whole f32 query blocks where they lie
 // (fusor_ukr_q, rows D floats apart) instead of a packed copy: a causal S = 512 call spent
@@ -297,7 +318,8 @@ bool softmax_exp_is_expf() {
 
 bool attention_softmax_in_base2(const AttentionRegion& r) { return r.scale() > 0 && softmax_exp_is_expf(); }
 
-std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, const Tuning& tuning) {
+std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, const Tuning& given) {
+  const Tuning tuning = with_item_defaults(given, r.causal());
   const bool amx = tuning.amx;   // both products on AMX tiles (x86_amx_attention.cpp)
   const bool avx2 = tuning.avx2; // both products on the AVX2 micro-kernel (x86_avx2_attention.cpp)
   const auto& d = c99_simd_dialect();
@@ -324,10 +346,9 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   s += amx || avx2 ? "  const int64_t LDO = fusor_cdiv(Dv, 32) * 32;\n" : "  const int64_t LDO = Dv;\n";
   s += "  enum { QS = " + std::to_string(amx ? kAmxQueryBlocks : kQueryBlocks) + " };\n";
   s += "  int nthreads = 1;\n#ifdef _OPENMP\n  nthreads = omp_get_max_threads();\n#endif\n";
-  s += "  int64_t qs = fusor_cdiv(M, FUSOR_MR) * nbh / (2 * nthreads);\n";
+  s += "  int64_t qs = fusor_cdiv(M, FUSOR_MR) * nbh / (" + std::to_string(tuning.qitems) + " * nthreads);\n";
   s += "  qs = qs < 1 ? 1 : (qs > QS ? QS : qs);\n";
-  const int qs_cap = tuning.qs >= 0 ? tuning.qs : (amx && causal && tuning.byhead == 3 ? 2 : 0);
-  if (qs_cap > 0) s += "  qs = " + std::to_string(qs_cap) + " < QS ? " + std::to_string(qs_cap) + " : QS;\n";
+  if (tuning.qs > 0) s += "  qs = " + std::to_string(tuning.qs) + " < QS ? " + std::to_string(tuning.qs) + " : QS;\n";
   s += "  const int64_t nkb = fusor_cdiv(Nk, 32);\n";
   if (amx) {
     s += "  if (!fusor_amx_permit()) return " + std::to_string(codegen::kKernelNoTileState) + ";\n";

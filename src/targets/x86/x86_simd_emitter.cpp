@@ -57,7 +57,7 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
     // `ksplit` the zmm and ymm tiles' (AMX's packing prefetches its own way; its tiles sum in
     // their own order, keep their own epilogue and take no row path); `fq` is attention's
     // few-query path, on zmm or ymm registers in all three lanes, `byhead` causal attention's
-    // order of items and `qs` attention's query blocks an item in all three.
+    // order of items and `qs` and `qitems` attention's query blocks an item in all three.
     enum class On { any, vector, amx };
     // hi_avx2: the ymm tile's bound where it differs (6 rows).
     struct Knob {
@@ -94,6 +94,7 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
         {"claim", &simd::Tuning::claim, 0, 2, On::any},
         {"qrun", &simd::Tuning::qrun, 0, 1, On::any},
         {"qs", &simd::Tuning::qs, 0, 16, On::any},
+        {"qitems", &simd::Tuning::qitems, 1, 64, On::any},
         {"l2", &simd::Tuning::l2, 0, 1 << 30, On::any},
         {"runc", &simd::Tuning::runc, 0, 16384, On::vector},
         {"dyn", &simd::Tuning::dyn, 0, 1, On::amx},
@@ -129,9 +130,6 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
   // 1024^3 / 128x3072x768 / 2048^3 / gated 512x768->2048: 3.9-4.1 / 5.1-5.5 / 1.7 / 42.8 / 7.4
   // ms against 4.3 / 5.1-5.6 / 2.0 / 45.1 / 7.7 with 768.
   if (t.amx && !options.count("kc")) t.kc = 384;
-  // AMX's tiles gained nothing from the head-after-head order (x86_simd_attention.cpp); causal
-  // pairs of two-block items on 16 CPUs or more (amx_causal_pairs).
-  if (t.amx && !options.count("byhead")) t.byhead = simd::amx_causal_pairs(host_affinity_cpus()) ? 3 : 0;
   return t;
 }
 

@@ -323,10 +323,70 @@ TEST(X86Amx, AttentionCausalItemOrders) {
             std::string::npos);
 }
 
+// testing::expect_attention_trace says what it covers.
+TEST(X86Amx, AttentionTrace) {
+  REQUIRE_AMX();
+  testing::expect_attention_trace("x86_amx");
+}
+
 // testing::expect_query_block_claims says what it covers.
 TEST(X86Amx, AttentionQueryBlockClaims) {
   REQUIRE_AMX();
   testing::expect_query_block_claims("x86_amx");
+}
+
+// The packs every thread reads (causal attention, 16-bit storage, non-causal f32 without
+// ranges) keep plain stores by default (kstream = -1 on this lane: Tuning::kstream); kstream = 1
+// streams K's and V's, and both match the reference (whole and ragged key panels, GQA).
+TEST(X86Amx, AttentionSharedPacksStreamedOrNot) {
+  REQUIRE_AMX();
+  for (const char* text : {"attention { scale = 0.125; causal = true }", "attention { scale = 0.2; storage = bf16 }"}) {
+    const Region region = region_of(text);
+    const std::string plain = testing::emitted_source("x86_amx", region, {});
+    EXPECT_NE(plain.find("FUSOR_NSB, 0);"), std::string::npos) << text;
+    EXPECT_EQ(plain.find("FUSOR_NSB, 1);"), std::string::npos) << text;
+    const std::map<std::string, std::string> knobs{{"kstream", "1"}};
+    const std::string streamed = testing::emitted_source("x86_amx", region, knobs);
+    EXPECT_NE(streamed.find("FUSOR_NSB, 1);"), std::string::npos) << text;
+    EXPECT_NE(streamed.find("FUSOR_NSV, 1);"), std::string::npos) << text;
+    for (const ProblemShape& dims : {attention_dims(2, 4, 2, 40, 100, 64), attention_dims(1, 3, 3, 64, 63, 37)})
+      testing::expect_matches_reference_on("x86_amx", region, dims, 57, 0.5, knobs);
+  }
+}
+
+// Non-causal f32 attention whose threads work from ranges packs K and V where they are used:
+// each thread packs its item's head into its own scratch when the head changes (lpack = 1,
+// the default), instead of every head packed by all threads first (0). Both match the
+// reference on shapes whose ranges change heads mid-range (GQA, ragged), on one thread and
+// two, and with a NaN in V (that head's P·V on zmm, found by the thread's own V flags); the
+// counter (claim = 0), causal attention and 16-bit storage keep the shared packs.
+TEST(X86Amx, AttentionThreadLocalPacks) {
+  REQUIRE_AMX();
+  const Region plain = region_of("attention { scale = 0.125 }");
+  const auto emitted = [&](const Region& region, std::map<std::string, std::string> knobs) {
+    return testing::emitted_source("x86_amx", region, std::move(knobs));
+  };
+  EXPECT_NE(emitted(plain, {}).find("const int lpack = nr > 0;"), std::string::npos);
+  EXPECT_NE(emitted(plain, {{"lpack", "0"}}).find("const int lpack = 0;"), std::string::npos);
+  EXPECT_NE(emitted(plain, {{"claim", "0"}}).find("const int lpack = 0;"), std::string::npos);
+  EXPECT_NE(emitted(region_of("attention { causal = true }"), {}).find("const int lpack = 0;"), std::string::npos);
+  EXPECT_NE(emitted(region_of("attention { storage = bf16 }"), {}).find("const int lpack = 0;"), std::string::npos);
+  for (const char* lpack : {"0", "1"})
+    for (const char* serial : {"0", "1073741824"}) {
+      const std::map<std::string, std::string> knobs = {{"lpack", lpack}, {"serial", serial}};
+      for (const ProblemShape& dims :
+           {attention_dims(2, 4, 2, 150, 150, 64), attention_dims(1, 3, 1, 100, 333, 40, 72)})
+        testing::expect_matches_reference_on("x86_amx", plain, dims, 71, 0.5, knobs);
+      auto operands = make_operands(plain, attention_dims(1, 4, 4, 96, 200, 64), 72, 1.0);
+      operands[2].data[(2 * 200 + 17) * 64 + 5] = NAN; // head 2's V
+      auto ref = evaluate_reference(plain, operands);
+      ASSERT_TRUE(ref.ok()) << ref.error().str();
+      auto out = execute_on_target(testing::x86(), plain, operands,
+                                   testing::lane_options_on("x86_amx", RegionKind::attention, knobs));
+      ASSERT_TRUE(out.ok()) << out.error().str();
+      EXPECT_TRUE(testing::all_close(out->output, *ref, 2e-6, 0.0)) << "lpack=" << lpack << " serial=" << serial;
+      EXPECT_TRUE(std::isnan(out->output.data[(2 * 96 + 3) * 64 + 5])) << "lpack=" << lpack << " serial=" << serial;
+    }
 }
 
 // Infinite queries and keys take the f32 recomputation of their scores; a NaN value of a key

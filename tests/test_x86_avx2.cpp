@@ -357,6 +357,12 @@ TEST(X86Avx2, AttentionCausalItemOrders) {
   testing::expect_causal_item_orders("x86_avx2");
 }
 
+// testing::expect_attention_trace says what it covers.
+TEST(X86Avx2, AttentionTrace) {
+  REQUIRE_AVX2();
+  testing::expect_attention_trace("x86_avx2");
+}
+
 // testing::expect_query_block_claims says what it covers.
 TEST(X86Avx2, AttentionQueryBlockClaims) {
   REQUIRE_AVX2();

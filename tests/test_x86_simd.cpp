@@ -364,6 +364,12 @@ TEST(X86Simd, AttentionCausalItemOrders) {
   testing::expect_causal_item_orders("x86_avx512");
 }
 
+// testing::expect_attention_trace says what it covers.
+TEST(X86Simd, AttentionTrace) {
+  REQUIRE_AVX512();
+  testing::expect_attention_trace("x86_avx512");
+}
+
 // testing::expect_query_block_claims says what it covers.
 TEST(X86Simd, AttentionQueryBlockClaims) {
   REQUIRE_AVX512();

@@ -541,9 +541,25 @@ inline void expect_query_block_claims(std::string_view name) {
           expect_matches_reference_on(name, region, dims, 63, 0.5, knobs);
       }
   }
-  EXPECT_EQ(emitted_source(name, region_of("attention { causal = true }"), {}).find("uint64_t range["),
-            std::string::npos)
-      << name;
+  // (Host-independent: the AMX lane's causal default is pairs on 16 CPUs or more.)
+  const Region causal = region_of("attention { causal = true }");
+  EXPECT_EQ(emitted_source(name, causal, {{"byhead", "0"}}).find("uint64_t range["), std::string::npos) << name;
+  EXPECT_NE(emitted_source(name, causal, {{"byhead", "3"}}).find("uint64_t range["), std::string::npos) << name;
+}
+
+// The trace knob (Tuning::trace) adds cycle counts to attention's flash loop on lane `name`
+// and nothing else: without it no rdtsc is emitted; with it the items' results still match the
+// reference, causal and not, on every thread and on one.
+inline void expect_attention_trace(std::string_view name) {
+  for (const char* text : {"attention { scale = 0.125 }", "attention { scale = 0.125; causal = true }"}) {
+    const Region region = region_of(text);
+    EXPECT_EQ(emitted_source(name, region, {}).find("rdtsc"), std::string::npos) << name << " " << text;
+    EXPECT_NE(emitted_source(name, region, {{"trace", "1"}}).find("__builtin_ia32_rdtsc() - tr0"), std::string::npos)
+        << name << " " << text;
+    for (const char* serial : {"0", "1073741824"})
+      expect_matches_reference_on(name, region, attention_dims(2, 4, 2, 150, 150, 64), 64, 0.5,
+                                  {{"trace", "1"}, {"serial", serial}});
+  }
 }
 
 // Attention calls with at most `fq` (default 8) query rows per head take lane `name`'s

@@ -109,7 +109,7 @@ static void fusor_tiles_run(fusor_tiles* q, fusor_tile_job jb) {
 
 } // namespace
 
-std::string amx_attention_pack_k(const AttentionRegion& r, const StorageLoad& ld) {
+std::string amx_attention_pack_k(const AttentionRegion& r, const StorageLoad& ld, bool stream) {
   std::string s;
   s += "      uint16_t* restrict dst = kp + hb * FUSOR_NSB * Dp * 32;\n";
   s += "      unsigned char* restrict kfl = kf + hb * 32;\n";
@@ -127,7 +127,8 @@ std::string amx_attention_pack_k(const AttentionRegion& r, const StorageLoad& ld
     s += "            __mmask16 bad = 0;\n";
     s += "            for (int c = 0; c < 16; c += 2)\n";
     s += "              bad |= fusor_store_pairs(t_[c], t_[c + 1], dst + ((c0 + c) / 2) * 64 + jh * 2, Dp * 32, "
-         "FUSOR_NSB);\n";
+         "FUSOR_NSB, " +
+         std::string(stream ? "1" : "0") + ");\n";
     s += "            for (int j = 0; j < 16; ++j) kfl[jh + j] |= (bad >> j) & 1;\n";
     s += "          }\n";
   }
@@ -234,7 +235,7 @@ namespace {
 std::string score_fixup(const AttentionRegion& r, const StorageLoad& ld) {
   std::string s;
   s += "        {\n";
-  s += "          const unsigned char* restrict kfl = kf + (kvh * nkb + n0 / 32) * 32;\n";
+  s += "          const unsigned char* restrict kfl = kf + (kvp * nkb + n0 / 32) * 32;\n";
   s += "          int any = 0;\n";
   s += "          for (int64_t rr = 0; rr < rows; ++rr) any |= qfl[sb * FUSOR_MR + rr];\n";
   s += "          for (int64_t j = 0; j < nbk; ++j) any |= kfl[j];\n";
@@ -255,13 +256,13 @@ std::string score_fixup(const AttentionRegion& r, const StorageLoad& ld) {
 // Tile jobs: the scores of step `st` into buffer `buf`, and P·V of step `st` (its parts in
 // `parts`) added into its output rows, or written there by the first key block.
 std::string scores_job(const std::string& st, const std::string& buf) {
-  return "(fusor_tile_job){.a = qp + " + st + ".sb * FUSOR_NSA * Dp * 32, .pa = Dp * 32, .b = kp + (kvh * nkb + " + st +
+  return "(fusor_tile_job){.a = qp + " + st + ".sb * FUSOR_NSA * Dp * 32, .pa = Dp * 32, .b = kp + (kvp * nkb + " + st +
          ".n0 / 32) * FUSOR_NSB * Dp * 32, .pb = Dp * 32, .bblk = FUSOR_NSB * Dp * 32, .c = " + buf +
          ", .ldc = NB, .cblk = 32, .kc = Dp, .nblk = fusor_cdiv(" + st + ".nbk, 32), .cin = 0, .pv = 0}";
 }
 
 std::string pv_job(const std::string& st, const std::string& parts) {
-  return "(fusor_tile_job){.a = " + parts + ", .pa = " + st + ".nbkp * 32, .b = vp + (kvh * ndp * FUSOR_NSV * Nkp + " +
+  return "(fusor_tile_job){.a = " + parts + ", .pa = " + st + ".nbkp * 32, .b = vp + (kvp * ndp * FUSOR_NSV * Nkp + " +
          st + ".n0) * 32, .pb = Nkp * 32, .bblk = FUSOR_NSV * Nkp * 32, .c = ob + " + st +
          ".sb * MRP * LDO, .ldc = LDO, .cblk = 32, .kc = " + st + ".nbkp, .nblk = ndp, .cin = " + st +
          ".n0 > 0, .pv = 1}";
@@ -318,15 +319,13 @@ std::string amx_attention_steps(const AttentionRegion& r, const StorageLoad& ld,
   return s;
 }
 
-std::string amx_attention_pack_v(const StorageLoad& ld) {
+std::string amx_attention_pack_v_panel(const StorageLoad& ld, bool stream, const std::string& head) {
   // Keys ka and ka + 16 of each 32-key panel (the probabilities' pairing, pair_halves), 16
   // columns at a time, interleave into one 32-bit lane per column (the pair TDPBF16PS
   // multiplies); keys past Nk and columns past Dv are zero.
   std::string s;
-  s += "    #pragma omp for schedule(static)\n";
-  s += "    for (int64_t hp = 0; hp < nkv * ndp; ++hp) {\n";
   s += "      const int64_t c0 = (hp % ndp) * 32, w = Dv - c0 < 32 ? Dv - c0 : 32;\n";
-  s += "      const " + ld.type + "* restrict vh = V + (hp / ndp) * Nk * Dv;\n";
+  s += "      const " + ld.type + "* restrict vh = V + (" + head + ") * Nk * Dv;\n";
   s += "      uint16_t* restrict dst = vp + hp * FUSOR_NSV * Nkp * 32;\n";
   s += "      __mmask16 bad = 0;\n";
   s += "      for (int64_t k = 0; k < Nkp; k += 2)\n";
@@ -336,9 +335,18 @@ std::string amx_attention_pack_v(const StorageLoad& ld) {
   s += "          const int64_t ka = (k & ~(int64_t)31) + (k & 31) / 2, kb = ka + 16;\n";
   s += "          const __m512 x0 = " + ld.load16("ka < Nk ? cm : 0", "vh + ka * Dv + c0 + h * 16") + ";\n";
   s += "          const __m512 x1 = " + ld.load16("kb < Nk ? cm : 0", "vh + kb * Dv + c0 + h * 16") + ";\n";
-  s += "          bad |= fusor_store_pairs(x0, x1, dst + k * 32 + h * 32, Nkp * 32, FUSOR_NSV);\n";
+  s += "          bad |= fusor_store_pairs(x0, x1, dst + k * 32 + h * 32, Nkp * 32, FUSOR_NSV, " +
+       std::string(stream ? "1" : "0") + ");\n";
   s += "        }\n";
   s += "      vfl[hp] = bad != 0;\n";
+  return s;
+}
+
+std::string amx_attention_pack_v(const StorageLoad& ld, bool stream) {
+  std::string s;
+  s += std::string("    #pragma omp for schedule(static)") + (stream ? " nowait" : "") + "\n";
+  s += "    for (int64_t hp = 0; hp < nkv * ndp; ++hp) {\n";
+  s += amx_attention_pack_v_panel(ld, stream, "hp / ndp");
   s += "    }\n";
   return s;
 }

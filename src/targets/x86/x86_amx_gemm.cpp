@@ -218,13 +218,25 @@ static inline void fusor_store_halves(const __m512i* lo, const __m512i* hi, uint
     _mm512_storeu_si512(dst + s * stride, _mm512_ternarylogic_epi32(hi[s], top, _mm512_srli_epi32(lo[s], 16), 0xEA));
 }
 
+/* fusor_store_halves with streaming stores (dst and stride whole 64-byte lines). */
+static inline void fusor_stream_halves(const __m512i* lo, const __m512i* hi, uint16_t* dst, int64_t stride, int ns) {
+  const __m512i top = _mm512_set1_epi32((int)0xFFFF0000u);
+  for (int s = 0; s < ns; ++s)
+    _mm512_stream_si512((__m512i*)(dst + s * stride),
+                        _mm512_ternarylogic_epi32(hi[s], top, _mm512_srli_epi32(lo[s], 16), 0xEA));
+}
+
 /* Rows k (x0) and k + 1 (x1) of 16 columns as the pairs TDPBF16PS multiplies: part s of
    column j at dst[s * stride + 2j] (row k) and dst[s * stride + 2j + 1]. Returns the
-   columns holding a value that is not finite. */
-static inline __mmask16 fusor_store_pairs(__m512 x0, __m512 x1, uint16_t* dst, int64_t stride, int ns) {
+   columns holding a value that is not finite. stream: with streaming stores
+   (fusor_stream_halves). */
+static inline __mmask16 fusor_store_pairs(__m512 x0, __m512 x1, uint16_t* dst, int64_t stride, int ns, int stream) {
   __m512i p0[3], p1[3];
   const __mmask16 bad = fusor_split16(x0, &p0[0], &p0[1], &p0[2]) | fusor_split16(x1, &p1[0], &p1[1], &p1[2]);
-  fusor_store_halves(p0, p1, dst, stride, ns);
+  if (stream)
+    fusor_stream_halves(p0, p1, dst, stride, ns);
+  else
+    fusor_store_halves(p0, p1, dst, stride, ns);
   return bad;
 }
 
@@ -332,7 +344,7 @@ static inline __attribute__((always_inline)) void fusor_bpack_unit(fusor_bpack* 
   const __m512 x1 = )" +
                   ld.load16("k + 1 < u->kc ? cm : 0", "src + (u->pc + k + 1) * u->n + j0") + R"(;
   uint16_t* dk = u->bp + pp * FUSOR_NSB * u->kcp * 32 + k * 32 + h * 32;
-  u->cf[pp * 2 + h] |= fusor_store_pairs(x0, x1, dk, u->kcp * 32, FUSOR_NSB);
+  u->cf[pp * 2 + h] |= fusor_store_pairs(x0, x1, dk, u->kcp * 32, FUSOR_NSB, 0);
   if (++u->h == 2) {
     u->h = 0;
     if (++u->pp == u->pn) u->pp = 0, u->k += 2;

@@ -152,9 +152,12 @@ bool attention_reads_q_in_place(const AttentionRegion& r, const StorageLoad& ld,
 // ns) the packing took 0.52 ms of a 3.4 ms causal S = 512 D = 128 call (rdtsc per phase),
 // against 0.04 ms packing alone. Streaming stores claim no line: the call took 0.89x the time
 // there, 1.00x with the threads near (~60 ns); nothing reads the panels after the call, and
-// the items find them in memory.
+// the items find them in memory. The AMX lane's shared packs keep plain stores by default:
+// streamed, on the Emerald Rapids host's 16 threads (run bl, three passes), they took
+// 0.54-0.59 / 0.85-1.01 ms at non-causal S = 512 (shared packs) against 0.44-0.56 / 0.68-1.07,
+// and S = 2048 moved no more than the passes' spread.
 bool streams_k_panels(const AttentionRegion& r, const Tuning& tuning) {
-  return tuning.kstream && !tuning.amx && !r.k_transposed();
+  return (tuning.kstream < 0 ? !tuning.amx : tuning.kstream == 1) && !r.k_transposed();
 }
 
 // Whether causal items go head after head (largest block first within a head), as a C
@@ -318,6 +321,65 @@ bool softmax_exp_is_expf() {
 
 bool attention_softmax_in_base2(const AttentionRegion& r) { return r.scale() > 0 && softmax_exp_is_expf(); }
 
+namespace {
+
+// Whether the AMX lane's non-causal items read K and V packed by their own thread, one head at
+// a time, where the threads work from ranges (Tuning::lpack says why). f32 storage only: a
+// 16-bit head whose V is not all finite needs every head's V widened before the items.
+bool local_packs(const AttentionRegion& r, const StorageLoad& ld, const Tuning& tuning) {
+  return tuning.amx && tuning.lpack && !r.causal() && tuning.claim != 0 && ld.dtype == DType::f32;
+}
+
+// Tuning::trace: each thread's phases in cycles since the call began (enter, K packed, V packed,
+// items done) and its items' counts and cycles (query packing, block steps, output rows),
+// summed over 64 calls and printed on stdout, so a many-thread host shows where a call's time
+// goes. Empty without the knob.
+std::string trace_mark(const Tuning& tuning, int slot) {
+  return tuning.trace ? "    trw[" + std::to_string(slot) + "] += __builtin_ia32_rdtsc() - tr0;\n" : "";
+}
+
+std::string trace_item(const Tuning& tuning, int slot) {
+  if (!tuning.trace) return "";
+  if (slot == 4) return "      uint64_t tri = __builtin_ia32_rdtsc();\n      trw[4] += 1;\n";
+  return "      { const uint64_t trn = __builtin_ia32_rdtsc(); trw[" + std::to_string(slot) +
+         "] += trn - tri; tri = trn; }\n";
+}
+
+std::string trace_begin(const Tuning& tuning) {
+  if (!tuning.trace) return "";
+  return "  enum { FUSOR_TRT = 256 };\n"
+         "  static uint64_t fusor_tr[FUSOR_TRT][8], fusor_trn, fusor_trt;\n"
+         "  const uint64_t tr0 = __builtin_ia32_rdtsc();\n";
+}
+
+std::string trace_thread(const Tuning& tuning) {
+  if (!tuning.trace) return "";
+  return "    int trme = 0;\n#ifdef _OPENMP\n    trme = omp_get_thread_num();\n#endif\n"
+         "    uint64_t* const trw = fusor_tr[trme < FUSOR_TRT ? trme : FUSOR_TRT - 1];\n" +
+         trace_mark(tuning, 0);
+}
+
+std::string trace_end(const Tuning& tuning) {
+  if (!tuning.trace) return "";
+  std::string s = "  fusor_trt += __builtin_ia32_rdtsc() - tr0;\n";
+  s += "  if (++fusor_trn == 64) {\n";
+  s += "    int nt = 1;\n#ifdef _OPENMP\n    nt = omp_get_max_threads();\n#endif\n";
+  s += "    __builtin_printf(\"trace: 64 calls, %.1f kcycles a call; each thread's kcycles a call: entered, K packed, "
+       "V packed, items done | items a call, query packing, block steps, output rows\\n\", fusor_trt / 64e3);\n";
+  s += "    for (int t = 0; t < nt && t < FUSOR_TRT; ++t) {\n";
+  s += "      const uint64_t* w = fusor_tr[t];\n";
+  s += "      __builtin_printf(\"trace: thread %2d %8.1f %8.1f %8.1f %8.1f | %6.2f %8.1f %8.1f %8.1f\\n\", t, w[0] / "
+       "64e3, "
+       "w[1] / 64e3, w[2] / 64e3, w[3] / 64e3, w[4] / 64.0, w[5] / 64e3, w[6] / 64e3, w[7] / 64e3);\n";
+  s += "    }\n";
+  s += "    memset(fusor_tr, 0, sizeof fusor_tr);\n";
+  s += "    fusor_trn = fusor_trt = 0;\n";
+  s += "  }\n";
+  return s;
+}
+
+} // namespace
+
 std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, const Tuning& given) {
   const Tuning tuning = with_item_defaults(given, r.causal());
   const bool amx = tuning.amx;   // both products on AMX tiles (x86_amx_attention.cpp)
@@ -353,13 +415,12 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   if (amx) {
     s += "  if (!fusor_amx_permit()) return " + std::to_string(codegen::kKernelNoTileState) + ";\n";
     s += "  const int64_t Dp = D > 0 ? fusor_cdiv(D, 32) * 32 : 32; /* features in whole tile steps */\n";
-    s += "  uint16_t* restrict kp = (uint16_t*)fusor_scratch(0, 2 * (size_t)(nkv * nkb * FUSOR_NSB * Dp * 32));\n";
-    s += "  unsigned char* restrict kf = (unsigned char*)fusor_scratch(1, (size_t)(nkv * nkb * 32));\n";
-    // V of every KV head as bf16 parts in 32-column panels over all keys (P·V's B side).
+    // V as bf16 parts in 32-column panels over all keys (P·V's B side). Bytes of one KV head's
+    // packed K, its flags, packed V and its flags (kp, kf, vp, vfl: every head's, or with
+    // thread-local packs one head's a thread).
     s += "  const int64_t ndp = fusor_cdiv(Dv, 32), Nkp = nkb * 32;\n";
-    s += "  uint16_t* restrict vp = (uint16_t*)fusor_scratch(2, 2 * (size_t)(nkv * ndp * FUSOR_NSV * Nkp * 32));\n";
-    s += "  unsigned char* restrict vfl = (unsigned char*)fusor_scratch(3, (size_t)(nkv * ndp));\n";
-    s += "  if (!kp || !kf || !vp || !vfl) return 2;\n";
+    s += "  const size_t kpn = 2 * (size_t)(nkb * FUSOR_NSB * Dp * 32), kfn = (size_t)(nkb * 32),\n"
+         "               vpn = 2 * (size_t)(ndp * FUSOR_NSV * Nkp * 32), vfn = (size_t)ndp;\n";
   } else {
     s += "  float* restrict kp = (float*)fusor_scratch(0, sizeof(float) * (size_t)(nkv * nkb * (D > 0 ? D : 1) * "
          "32));\n";
@@ -377,17 +438,40 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   const bool pairs = causal && tuning.byhead == 3;
   if (pairs) s += "  const int64_t nqb = fusor_cdiv(M, qs * FUSOR_MR);\n" + query_block_ranges(tuning, "(nqb + 1) / 2");
   if (!causal) s += query_block_ranges(tuning);
+  const bool local = local_packs(r, ld, tuning);
+  if (amx) {
+    s += std::string("  const int lpack = ") + (local ? "nr > 0" : "0") + ";\n";
+    s += "  uint16_t* kpa = NULL; unsigned char* kfa = NULL; uint16_t* vpa = NULL; unsigned char* vfla = NULL;\n";
+    s += "  if (!lpack) {\n";
+    s += "    kpa = (uint16_t*)fusor_scratch(0, kpn * nkv), kfa = (unsigned char*)fusor_scratch(1, kfn * nkv);\n";
+    s += "    vpa = (uint16_t*)fusor_scratch(2, vpn * nkv), vfla = (unsigned char*)fusor_scratch(3, vfn * nkv);\n";
+    s += "    if (!kpa || !kfa || !vpa || !vfla) return 2;\n  }\n";
+  }
+  s += trace_begin(tuning);
   s += "  " + omp_parallel("nbh * M * Nk * (D + Dv)") + "\n  {\n";
-  if (amx) s += "    fusor_amx_config();\n";
+  if (amx) {
+    s += "    fusor_amx_config();\n";
+    // This thread's packed K and V: every head's, shared, or with thread-local packs the head
+    // of its last item (lhead).
+    s += "    uint16_t* restrict kp = kpa; unsigned char* restrict kf = kfa;\n";
+    s += "    uint16_t* restrict vp = vpa; unsigned char* restrict vfl = vfla;\n";
+    s += "    int64_t lhead = -1;\n";
+    s += "    if (lpack) {\n";
+    s += "      kp = (uint16_t*)fusor_scratch(0, kpn), kf = (unsigned char*)fusor_scratch(1, kfn);\n";
+    s += "      vp = (uint16_t*)fusor_scratch(2, vpn), vfl = (unsigned char*)fusor_scratch(3, vfn);\n";
+    s += "    }\n";
+  }
+  s += trace_thread(tuning);
   // K of every KV head, packed once: [head][key panel][D][32], keys past Nk zero.
   const bool kstream = streams_k_panels(r, tuning);
+  if (amx) s += "    if (!lpack) {\n";
   s += std::string("    #pragma omp for schedule(static)") + (kstream ? " nowait" : "") + "\n";
   s += "    for (int64_t hb = 0; hb < nkv * nkb; ++hb) {\n";
   s += "      const int64_t head = hb / nkb, n0 = (hb % nkb) * 32;\n";
   s += "      const int64_t w = Nk - n0 < 32 ? Nk - n0 : 32;\n";
   s += "      const " + T + "* restrict kh = Kt + head * Nk * D;\n";
   if (amx) {
-    s += amx_attention_pack_k(r, ld);
+    s += amx_attention_pack_k(r, ld, kstream);
   } else if (r.k_transposed()) {
     s += "      float* restrict dst = kp + hb * D * 32;\n";
     s += "      for (int64_t c = 0; c < D; ++c) {\n";
@@ -412,12 +496,17 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
     s += "      for (int64_t c = c0; c < D; ++c)\n        for (int64_t j = w; j < 32; ++j) dst[c * 32 + j] = 0.0f;\n";
   }
   s += "    }\n";
-  if (kstream) s += fenced_barrier();
+  // (With streaming stores the AMX lane packs V straight after K, which it does not read, and
+  // fences once after both.)
+  if (kstream && !amx) s += fenced_barrier();
+  s += trace_mark(tuning, 1);
   const std::string v_to_f32 = "    #pragma omp for schedule(static)\n"
                                "    for (int64_t e = 0; e < nkv * Nk * Dv; ++e) vf[e] = " +
                                ld.load("V", "e") + ";\n";
   if (amx) {
-    s += amx_attention_pack_v(ld);
+    s += amx_attention_pack_v(ld, kstream);
+    if (kstream) s += fenced_barrier();
+    s += "    }\n";
     // 16-bit V in f32 only for the zmm P·V of heads whose V is not all finite.
     if (!f32)
       s += "    int vany = 0;\n    for (int64_t hp = 0; hp < nkv * ndp; ++hp) vany |= vfl[hp];\n    if (vany) {\n" +
@@ -434,6 +523,7 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
          ld.load16("(__mmask16)((1u << left) - 1u)", "V + e") + ");\n    }\n";
     s += fenced_barrier();
   }
+  s += trace_mark(tuning, 2);
   if (!avx2) s += "    const float* restrict vall = " + std::string(f32 ? "V" : "vf") + ";\n";
   // Per thread: QS packed query blocks [QS][D][MR], their output rows [QS * MRP][Dv] and
   // running max/sum, and the scores -> probabilities of one block [MRP][NB] (rows past the
@@ -449,7 +539,7 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   s += "    const size_t spn = (size_t)(MRP * NB" + std::string(amx ? " + FUSOR_NSP * NB * 16" : "") + ");\n";
   s += std::string("    float* sp = (float*)fusor_scratch(7, sizeof(float) * spn") + (amx ? " * 2" : "") + ");\n";
   s += "    float mall[QS * FUSOR_MR], lall[QS * FUSOR_MR];\n";
-  const std::string scratch_ok = "qp && ob && sp";
+  const std::string scratch_ok = std::string("qp && ob && sp") + (amx ? " && kp && kf && vp && vfl" : "");
   s += "    if (!(" + scratch_ok + ")) {\n      #pragma omp atomic write\n      failed = 1;\n    } else {\n";
   // Every step writes the scores of rows below FUSOR_MR; only the padding rows are zeroed here
   // (zeroing whole buffers took 1.3 % of attention's time at S = 512).
@@ -491,6 +581,21 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
        "FUSOR_MR);\n";
   s += "      const " + T + "* restrict qh = Q + bh * M * D;\n";
   if (amx) s += "      const " + T + "* restrict kh = Kt + kvh * Nk * D;\n";
+  s += trace_item(tuning, 4);
+  if (amx) {
+    // The packed K and V of this item's head (kvp: its index among them).
+    s += "      const int64_t kvp = lpack ? 0 : kvh;\n";
+    if (local) {
+      s += "      if (lpack && kvh != lhead) {\n";
+      s += "        for (int64_t hb = 0; hb < nkb; ++hb) {\n";
+      s += "          const int64_t n0 = hb * 32, w = Nk - n0 < 32 ? Nk - n0 : 32;\n";
+      s += amx_attention_pack_k(r, ld, false);
+      s += "        }\n";
+      s += "        for (int64_t hp = 0; hp < ndp; ++hp) {\n" + amx_attention_pack_v_panel(ld, false, "kvh") +
+           "        }\n";
+      s += "        lhead = kvh;\n      }\n";
+    }
+  }
   s += "      for (int64_t sb = 0; sb < nsub; ++sb) {\n";
   s += "        const int64_t i0 = q0 + sb * FUSOR_MR;\n";
   if (amx) {
@@ -513,11 +618,12 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
          " : 0.0f;\n";
     s += "        }\n      }\n";
   }
+  s += trace_item(tuning, 5);
   s += "      for (int64_t rr = 0; rr < qs * FUSOR_MR; ++rr) { mall[rr] = -INFINITY; lall[rr] = 0.0f; }\n";
   if (!avx2) s += "      const float* restrict vh = vall + kvh * Nk * Dv;\n";
   if (amx) {
     s += "      int vfin = 1;\n";
-    s += "      for (int64_t p = 0; p < ndp; ++p) vfin &= !vfl[kvh * ndp + p];\n";
+    s += "      for (int64_t p = 0; p < ndp; ++p) vfin &= !vfl[kvp * ndp + p];\n";
   }
   // The tile P·V of a query block's first key block starts from zero (cin = 0) and writes
   // every output row the block has, so only the zmm P·V needs zeroed rows.
@@ -691,15 +797,18 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
     s += avx2 ? avx2_attention_pv(causal) : pv;
     s += "      }\n";
   }
+  s += trace_item(tuning, 6);
   s += "      for (int64_t k = 0; k < qrows; ++k) {\n";
   s += "        const float rf = " +
        codegen::render_row_norm_factor(d, RowNorm::softmax, "lall[k]", "(float)Nk", "0.0f") + ";\n";
   s += "        float* restrict o = out + (bh * M + q0 + k) * Dv;\n";
   s += "        const float* restrict orow = ob + ((k / FUSOR_MR) * MRP + k % FUSOR_MR) * LDO;\n";
   s += "        #pragma omp simd\n        for (int64_t c = 0; c < Dv; ++c) o[c] = orow[c] * rf;\n";
-  s += std::string("      }\n") + (pairs ? "      }\n" : "") + "    }\n";
+  s += "      }\n" + trace_item(tuning, 7) + (pairs ? "      }\n" : "") + "    }\n";
+  s += trace_mark(tuning, 3);
   if (amx) s += "    _tile_release();\n";
   s += "  }\n";
+  s += trace_end(tuning);
   s += "  return failed ? 2 : 0;\n";
   return s;
 }

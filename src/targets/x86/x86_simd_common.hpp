@@ -101,9 +101,10 @@ struct Tuning {
   // 0.70x the time, with 8 query heads per KV head 0.60 / 0.92 / 0.99x; at Nk = 256 M = 8 the
   // same, M = 32 1.3x.
   int fq = 8;
-  // Attention on the zmm and ymm tiles: K's packed panels are written with streaming stores
-  // (streams_k_panels says why; 0: plain stores).
-  int kstream = 1;
+  // Attention: the packed K panels shared by the threads (and the zmm lane's widened 16-bit V,
+  // the AMX lane's packed V) are written with streaming stores (1; streams_k_panels says why)
+  // or plain ones (0); -1: the lane's default, 1 on the zmm and ymm tiles, 0 on the AMX tiles.
+  int kstream = -1;
   // Non-causal attention: each thread takes runs of query blocks from its own range of the
   // (head, query block) sequence first (1), or every thread from one shared counter (0); 2:
   // ranges while a head's K and V, as the lane keeps them, fit in half of an L2 of l2 KiB
@@ -141,6 +142,14 @@ struct Tuning {
   int dyn = 1;
   // With dyn: chunks of B's panels per thread when the threads split the columns. For A/B runs.
   int isplit = 1;
+  // Non-causal attention on the AMX tiles, f32, where the threads work from ranges (claim):
+  // each thread packs K and V of its item's head into its own scratch when its head changes
+  // (1), instead of every head packed by all threads before the items (0) (decisions.md,
+  // "Non-causal K and V packed by the thread that reads them").
+  int lpack = 1;
+  // Attention's flash loop: every 64 calls, each thread's cycles per call in each phase
+  // printed on stdout (the trace_* helpers in x86_simd_attention.cpp). For measurements only.
+  int trace = 0;
 };
 
 // `#pragma omp parallel<rest>` that runs on the calling thread alone while `work` (an
@@ -358,9 +367,11 @@ std::string attention_few_queries_dispatch(const AttentionRegion& region, const 
 // Attention's two micro-kernels and their products (scores: nq x nk parts, P·V: 3 x nv) and
 // the tile queue that runs them a part product at a time (fusor_tiles_product).
 std::string amx_attention_queue_source(int nq, int nk, int nv, bool exact);
-std::string amx_attention_pack_k(const AttentionRegion& r, const StorageLoad& ld);
+std::string amx_attention_pack_k(const AttentionRegion& r, const StorageLoad& ld, bool stream);
 std::string amx_attention_pack_q(const AttentionRegion& r, const StorageLoad& ld);
-std::string amx_attention_pack_v(const StorageLoad& ld);
+std::string amx_attention_pack_v(const StorageLoad& ld, bool stream);
+// The body of amx_attention_pack_v's loop: V panel hp (of ndp a head) of KV head `head`.
+std::string amx_attention_pack_v_panel(const StorageLoad& ld, bool stream, const std::string& head);
 std::string amx_attention_step_source();
 std::string amx_attention_split_row(const std::string& hook);
 std::string amx_attention_split_chunk();

@@ -51,13 +51,14 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
     int v = 0;
     const auto res = std::from_chars(value.data(), value.data() + value.size(), v);
     const bool number = res.ec == std::errc{} && res.ptr == value.data() + value.size();
-    // Which tiles a knob belongs to. The AMX tile is 32 rows; `exact`, `overlap`, `dyn` and
-    // `isplit` are AMX's; `stream` is the streaming kinds' and `bpf`, `ksub`, `epf`, `bfuse`,
-    // `bnext`, `bcopy` and the row path's `srows`, `crows`, `llc`, `wrows`, `wcols`, `runc`,
-    // `ksplit` the zmm and ymm tiles' (AMX's packing prefetches its own way; its tiles sum in
-    // their own order, keep their own epilogue and take no row path); `fq` is attention's
-    // few-query path, on zmm or ymm registers in all three lanes, `byhead` causal attention's
-    // order of items and `qs` and `qitems` attention's query blocks an item in all three.
+    // Which tiles a knob belongs to. The AMX tile is 32 rows; `exact`, `overlap`, `dyn`,
+    // `isplit` and `lpack` are AMX's; `stream` is the streaming kinds' and `bpf`, `ksub`, `epf`,
+    // `bfuse`, `bnext`, `bcopy` and the row path's `srows`, `crows`, `llc`, `wrows`, `wcols`,
+    // `runc`, `ksplit` the zmm and ymm tiles' (AMX's packing prefetches its own way; its tiles
+    // sum in their own order, keep their own epilogue and take no row path); `fq` is
+    // attention's few-query path, on zmm or ymm registers in all three lanes, `byhead` causal
+    // attention's order of items, `qs` and `qitems` attention's query blocks an item, `kstream`
+    // its shared packs' stores and `trace` its phases' cycles in all three.
     enum class On { any, vector, amx };
     // hi_avx2: the ymm tile's bound where it differs (6 rows).
     struct Knob {
@@ -89,7 +90,7 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
         {"crows", &simd::Tuning::crows, 0, 64, On::vector},
         {"llc", &simd::Tuning::llc, 0, 1 << 30, On::vector},
         {"ksplit", &simd::Tuning::ksplit, 0, 1, On::vector},
-        {"kstream", &simd::Tuning::kstream, 0, 1, On::vector},
+        {"kstream", &simd::Tuning::kstream, 0, 1, On::any},
         {"byhead", &simd::Tuning::byhead, 0, 3, On::any},
         {"claim", &simd::Tuning::claim, 0, 2, On::any},
         {"qrun", &simd::Tuning::qrun, 0, 1, On::any},
@@ -101,6 +102,8 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
         {"isplit", &simd::Tuning::isplit, 1, 16, On::amx},
         {"wrows", &simd::Tuning::wrows, 0, 64, On::vector},
         {"wcols", &simd::Tuning::wcols, 32, 1 << 20, On::vector},
+        {"trace", &simd::Tuning::trace, 0, 1, On::any},
+        {"lpack", &simd::Tuning::lpack, 0, 1, On::amx},
     };
     const Knob* knob = nullptr;
     std::string names;

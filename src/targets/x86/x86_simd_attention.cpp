@@ -333,14 +333,22 @@ bool local_packs(const AttentionRegion& r, const StorageLoad& ld, const Tuning& 
 // Tuning::trace: each thread's phases in cycles since the call began (enter, K packed, V packed,
 // items done) and its items' counts and cycles (query packing, block steps, output rows),
 // summed over 64 calls and printed on stdout, so a many-thread host shows where a call's time
-// goes. Empty without the knob.
-std::string trace_mark(const Tuning& tuning, int slot) {
+// goes. Empty without the knob. The slots of a thread's row (trw), in the printed order:
+enum TraceSlot { kEntered, kKPacked, kVPacked, kItemsDone, kItems, kQueryPacking, kBlockSteps, kOutputRows };
+
+std::string trace_mark(const Tuning& tuning, TraceSlot slot) {
   return tuning.trace ? "    trw[" + std::to_string(slot) + "] += __builtin_ia32_rdtsc() - tr0;\n" : "";
 }
 
-std::string trace_item(const Tuning& tuning, int slot) {
+// An item's start: counts it and starts its clock (tri).
+std::string trace_item_begin(const Tuning& tuning) {
   if (!tuning.trace) return "";
-  if (slot == 4) return "      uint64_t tri = __builtin_ia32_rdtsc();\n      trw[4] += 1;\n";
+  return "      uint64_t tri = __builtin_ia32_rdtsc();\n      trw[" + std::to_string(kItems) + "] += 1;\n";
+}
+
+// The end of an item's phase `slot`: its cycles since the last mark.
+std::string trace_item(const Tuning& tuning, TraceSlot slot) {
+  if (!tuning.trace) return "";
   return "      { const uint64_t trn = __builtin_ia32_rdtsc(); trw[" + std::to_string(slot) +
          "] += trn - tri; tri = trn; }\n";
 }
@@ -356,7 +364,7 @@ std::string trace_thread(const Tuning& tuning) {
   if (!tuning.trace) return "";
   return "    int trme = 0;\n#ifdef _OPENMP\n    trme = omp_get_thread_num();\n#endif\n"
          "    uint64_t* const trw = fusor_tr[trme < FUSOR_TRT ? trme : FUSOR_TRT - 1];\n" +
-         trace_mark(tuning, 0);
+         trace_mark(tuning, kEntered);
 }
 
 std::string trace_end(const Tuning& tuning) {
@@ -368,9 +376,8 @@ std::string trace_end(const Tuning& tuning) {
        "V packed, items done | items a call, query packing, block steps, output rows\\n\", fusor_trt / 64e3);\n";
   s += "    for (int t = 0; t < nt && t < FUSOR_TRT; ++t) {\n";
   s += "      const uint64_t* w = fusor_tr[t];\n";
-  s += "      __builtin_printf(\"trace: thread %2d %8.1f %8.1f %8.1f %8.1f | %6.2f %8.1f %8.1f %8.1f\\n\", t, w[0] / "
-       "64e3, "
-       "w[1] / 64e3, w[2] / 64e3, w[3] / 64e3, w[4] / 64.0, w[5] / 64e3, w[6] / 64e3, w[7] / 64e3);\n";
+  s += "      __builtin_printf(\"trace: thread %2d %8.1f %8.1f %8.1f %8.1f | %6.2f %8.1f %8.1f %8.1f\\n\", t, "
+       "w[0] / 64e3, w[1] / 64e3, w[2] / 64e3, w[3] / 64e3, w[4] / 64.0, w[5] / 64e3, w[6] / 64e3, w[7] / 64e3);\n";
   s += "    }\n";
   s += "    memset(fusor_tr, 0, sizeof fusor_tr);\n";
   s += "    fusor_trn = fusor_trt = 0;\n";
@@ -499,7 +506,7 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   // (With streaming stores the AMX lane packs V straight after K, which it does not read, and
   // fences once after both.)
   if (kstream && !amx) s += fenced_barrier();
-  s += trace_mark(tuning, 1);
+  s += trace_mark(tuning, kKPacked);
   const std::string v_to_f32 = "    #pragma omp for schedule(static)\n"
                                "    for (int64_t e = 0; e < nkv * Nk * Dv; ++e) vf[e] = " +
                                ld.load("V", "e") + ";\n";
@@ -523,7 +530,7 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
          ld.load16("(__mmask16)((1u << left) - 1u)", "V + e") + ");\n    }\n";
     s += fenced_barrier();
   }
-  s += trace_mark(tuning, 2);
+  s += trace_mark(tuning, kVPacked);
   if (!avx2) s += "    const float* restrict vall = " + std::string(f32 ? "V" : "vf") + ";\n";
   // Per thread: QS packed query blocks [QS][D][MR], their output rows [QS * MRP][Dv] and
   // running max/sum, and the scores -> probabilities of one block [MRP][NB] (rows past the
@@ -581,7 +588,7 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
        "FUSOR_MR);\n";
   s += "      const " + T + "* restrict qh = Q + bh * M * D;\n";
   if (amx) s += "      const " + T + "* restrict kh = Kt + kvh * Nk * D;\n";
-  s += trace_item(tuning, 4);
+  s += trace_item_begin(tuning);
   if (amx) {
     // The packed K and V of this item's head (kvp: its index among them).
     s += "      const int64_t kvp = lpack ? 0 : kvh;\n";
@@ -618,7 +625,7 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
          " : 0.0f;\n";
     s += "        }\n      }\n";
   }
-  s += trace_item(tuning, 5);
+  s += trace_item(tuning, kQueryPacking);
   s += "      for (int64_t rr = 0; rr < qs * FUSOR_MR; ++rr) { mall[rr] = -INFINITY; lall[rr] = 0.0f; }\n";
   if (!avx2) s += "      const float* restrict vh = vall + kvh * Nk * Dv;\n";
   if (amx) {
@@ -797,15 +804,15 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
     s += avx2 ? avx2_attention_pv(causal) : pv;
     s += "      }\n";
   }
-  s += trace_item(tuning, 6);
+  s += trace_item(tuning, kBlockSteps);
   s += "      for (int64_t k = 0; k < qrows; ++k) {\n";
   s += "        const float rf = " +
        codegen::render_row_norm_factor(d, RowNorm::softmax, "lall[k]", "(float)Nk", "0.0f") + ";\n";
   s += "        float* restrict o = out + (bh * M + q0 + k) * Dv;\n";
   s += "        const float* restrict orow = ob + ((k / FUSOR_MR) * MRP + k % FUSOR_MR) * LDO;\n";
   s += "        #pragma omp simd\n        for (int64_t c = 0; c < Dv; ++c) o[c] = orow[c] * rf;\n";
-  s += "      }\n" + trace_item(tuning, 7) + (pairs ? "      }\n" : "") + "    }\n";
-  s += trace_mark(tuning, 3);
+  s += "      }\n" + trace_item(tuning, kOutputRows) + (pairs ? "      }\n" : "") + "    }\n";
+  s += trace_mark(tuning, kItemsDone);
   if (amx) s += "    _tile_release();\n";
   s += "  }\n";
   s += trace_end(tuning);

@@ -18,6 +18,7 @@
 #include "support/x86_lanes.hpp"
 #include "targets/x86/x86_simd_common.hpp"
 #include "targets/x86/x86_simd_emitter.hpp"
+#include "targets/x86/x86_target.hpp"
 
 namespace fusor {
 namespace {
@@ -92,6 +93,32 @@ TEST(X86Amx, RejectsTheZmmTileKnobs) { // emission needs no AMX on the host
   EXPECT_EQ(src.error().code, ErrorCode::emit_unsupported);
   EXPECT_NE(src.error().message.find("lane x86_amx"), std::string::npos) << src.error().message;
   EXPECT_NE(src.error().message.find("options: kc, mc, nb, serial, exact"), std::string::npos) << src.error().message;
+}
+
+// The lane's kernels compile with the host compiler wherever they are emitted, AMX or not (a
+// host without AMX, like CI's, runs none of them, so this is where their C is checked there):
+// every kind, 16-bit storage, causal attention's orders, the packs' and claims' knobs, the trace.
+TEST(X86Amx, KernelsCompileOnAnyHost) {
+  const std::pair<const char*, std::map<std::string, std::string>> kernels[] = {
+      {"fused { epilogue = [bias, gelu]; residual = true }", {}},
+      {"gated { gate_act = silu }", {}},
+      {"matmul { storage = bf16 }", {}},
+      {"attention { scale = 0.125 }", {}},
+      {"attention { scale = 0.125 }", {{"xsteal", "3"}, {"trace", "1"}}},
+      {"attention { scale = 0.125 }", {{"lpack", "0"}, {"kstream", "1"}}},
+      {"attention { scale = 0.125; causal = true }", {{"byhead", "3"}}},
+      {"attention { causal = true; storage = f16 }", {{"byhead", "0"}}},
+  };
+  for (const auto& [text, knobs] : kernels) {
+    const Region region = region_of(text);
+    EmitOptions options;
+    options.options = knobs;
+    auto src = amx_lane(region_kind(region))->emit(region, options);
+    ASSERT_TRUE(src.ok()) << text << ": " << src.error().str();
+    src->compile_flags.push_back("-march=sapphirerapids"); // (after -march=native: the tiles' ISA wherever it runs)
+    auto artifact = x86::compile(*src);
+    EXPECT_TRUE(artifact.ok()) << text << ": " << (artifact.ok() ? "" : artifact.error().str());
+  }
 }
 
 TEST(X86Amx, OracleVerifiesEveryGemmKind) {
@@ -387,6 +414,29 @@ TEST(X86Amx, AttentionThreadLocalPacks) {
       EXPECT_TRUE(testing::all_close(out->output, *ref, 2e-6, 0.0)) << "lpack=" << lpack << " serial=" << serial;
       EXPECT_TRUE(std::isnan(out->output.data[(2 * 96 + 3) * 64 + 5])) << "lpack=" << lpack << " serial=" << serial;
     }
+}
+
+// xsteal (with thread-local packs): a thread out of its own range steals from its own head's
+// ranges first and from another head's only while xsteal blocks are left there. Emitted only
+// where the packs are local; every block is still computed, whatever the threshold (one that
+// no range reaches: no steal across heads at all), on shapes whose ranges change heads.
+TEST(X86Amx, AttentionStealsByHead) {
+  REQUIRE_AMX();
+  const Region plain = region_of("attention { scale = 0.125 }");
+  const auto emitted = [&](std::map<std::string, std::string> knobs) {
+    return testing::emitted_source("x86_amx", plain, std::move(knobs));
+  };
+  const std::string rule = "left = vkv == lhead || t >= team ? left + nall : left >= 3 ? left : 0;";
+  EXPECT_NE(emitted({{"xsteal", "3"}}).find(rule), std::string::npos);
+  EXPECT_EQ(emitted({}).find("vkv == lhead"), std::string::npos); // the default: xsteal = 0
+  EXPECT_EQ(emitted({{"xsteal", "3"}, {"lpack", "0"}}).find("vkv == lhead"), std::string::npos);
+  // (serial: one thread, whose range is the first of several: the others' blocks are all
+  // across heads, and it alone computes them.)
+  for (const char* xsteal : {"1", "3", "65536"})
+    for (const char* serial : {"0", "1073741824"})
+      for (const ProblemShape& dims :
+           {attention_dims(2, 4, 2, 150, 150, 64), attention_dims(1, 6, 3, 333, 100, 40, 72)})
+        testing::expect_matches_reference_on("x86_amx", plain, dims, 73, 0.5, {{"xsteal", xsteal}, {"serial", serial}});
 }
 
 // Infinite queries and keys take the f32 recomputation of their scores; a NaN value of a key

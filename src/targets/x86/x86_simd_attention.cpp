@@ -222,7 +222,10 @@ std::string query_block_ranges(const Tuning& tuning, const std::string& per_head
 // Emitted: sets u (first block) and qn (blocks, 0 when none is left) of the thread's next run
 // (query_block_ranges says how; nr = 0: from the counter).
 // one_at_a_time: causal pairs, claimed one at a time; else runs of two to qs blocks.
-std::string claim_query_blocks(const Tuning& tuning, bool one_at_a_time = false) {
+// local: the thread packs its item's head itself (lpack, lhead), so a steal from another head
+// costs that head's packing: with Tuning::xsteal, ranges of the thread's own head go first,
+// and another head's only while it has xsteal blocks left.
+std::string claim_query_blocks(const Tuning& tuning, bool one_at_a_time = false, bool local = false) {
   const std::string qs = one_at_a_time ? "1" : "qs";
   const auto floor_of_two = [&](const std::string& indent) {
     return one_at_a_time ? std::string() : indent + "qn = qn < 2 ? 2 : qn;\n";
@@ -240,7 +243,10 @@ std::string claim_query_blocks(const Tuning& tuning, bool one_at_a_time = false)
       "        if (u >= nall) qn = 0;\n";
   if (tuning.claim == 0) return "      {\n" + counter + "      }\n";
   std::string s = "      if (nr == 0) {\n" + counter + "      } else {\n";
-  s += "        int me = 0;\n#ifdef _OPENMP\n        me = omp_get_thread_num();\n#endif\n";
+  const bool by_head = local && tuning.xsteal > 0;
+  s += std::string("        int me = 0") + (by_head ? ", team = 1" : "") + ";\n#ifdef _OPENMP\n";
+  s += std::string("        me = omp_get_thread_num();\n") + (by_head ? "        team = omp_get_num_threads();\n" : "");
+  s += "#endif\n";
   // Own range: from the front.
   s += "        if (me < nr) {\n";
   s += "          uint64_t w = __atomic_load_n(range + me, __ATOMIC_RELAXED);\n";
@@ -262,7 +268,18 @@ std::string claim_query_blocks(const Tuning& tuning, bool one_at_a_time = false)
   s += "          int victim = -1;\n          int64_t most = 0;\n";
   s += "          for (int t = 0; t < nr; ++t) {\n";
   s += "            const uint64_t w = __atomic_load_n(range + t, __ATOMIC_RELAXED);\n";
-  s += "            const int64_t left = (int64_t)(w >> 32) - (int64_t)(w & 0xFFFFFFFFu);\n";
+  s += "            int64_t left = (int64_t)(w >> 32) - (int64_t)(w & 0xFFFFFFFFu);\n";
+  if (by_head) {
+    // (Own head first: its left counts above any other head's; another head's below xsteal
+    // blocks, not at all, unless no thread of the team owns that range (a team smaller than
+    // nr: serial calls): then only a thief computes them.)
+    s += "            if (lpack && left > 0) {\n";
+    s += "              const int64_t vb = ((int64_t)(w >> 32) - 1) / nqm;\n";
+    s += "              const int64_t vkv = (vb / heads) * kv_heads + (vb % heads) / group;\n";
+    s += "              left = vkv == lhead || t >= team ? left + nall : left >= " + std::to_string(tuning.xsteal) +
+         " ? left : 0;\n";
+    s += "            }\n";
+  }
   s += "            if (left > most) most = left, victim = t;\n";
   s += "          }\n";
   s += "          if (victim < 0) break;\n";
@@ -334,7 +351,18 @@ bool local_packs(const AttentionRegion& r, const StorageLoad& ld, const Tuning& 
 // items done) and its items' counts and cycles (query packing, block steps, output rows),
 // summed over 64 calls and printed on stdout, so a many-thread host shows where a call's time
 // goes. Empty without the knob. The slots of a thread's row (trw), in the printed order:
-enum TraceSlot { kEntered, kKPacked, kVPacked, kItemsDone, kItems, kQueryPacking, kBlockSteps, kOutputRows };
+enum TraceSlot {
+  kEntered,
+  kKPacked,
+  kVPacked,
+  kItemsDone,
+  kItems,
+  kQueryPacking,
+  kBlockSteps,
+  kOutputRows,
+  kLocalPacks, // (heads the thread packed itself: lpack)
+  kTraceSlots
+};
 
 std::string trace_mark(const Tuning& tuning, TraceSlot slot) {
   return tuning.trace ? "    trw[" + std::to_string(slot) + "] += __builtin_ia32_rdtsc() - tr0;\n" : "";
@@ -356,8 +384,22 @@ std::string trace_item(const Tuning& tuning, TraceSlot slot) {
 std::string trace_begin(const Tuning& tuning) {
   if (!tuning.trace) return "";
   return "  enum { FUSOR_TRT = 256 };\n"
-         "  static uint64_t fusor_tr[FUSOR_TRT][8], fusor_trn, fusor_trt;\n"
+         "  static uint64_t fusor_tr[FUSOR_TRT][" +
+         std::to_string(kTraceSlots) +
+         "], fusor_trn, fusor_trt, fusor_trlast;\n"
+         "  uint64_t trlast = 0; /* this call's last thread out of items */\n"
          "  const uint64_t tr0 = __builtin_ia32_rdtsc();\n";
+}
+
+// A thread out of items: its mark, and the call's last such time (trlast), so the trace tells a
+// call's imbalance (the last thread per call, not the slowest on average) from its join.
+std::string trace_items_done(const Tuning& tuning) {
+  if (!tuning.trace) return "";
+  return trace_mark(tuning, kItemsDone) + "    {\n      const uint64_t d = __builtin_ia32_rdtsc() - tr0;\n"
+                                          "      uint64_t m = __atomic_load_n(&trlast, __ATOMIC_RELAXED);\n"
+                                          "      while (d > m && !__atomic_compare_exchange_n(&trlast, &m, d, 0, "
+                                          "__ATOMIC_RELAXED, __ATOMIC_RELAXED)) {\n"
+                                          "      }\n    }\n";
 }
 
 std::string trace_thread(const Tuning& tuning) {
@@ -369,18 +411,20 @@ std::string trace_thread(const Tuning& tuning) {
 
 std::string trace_end(const Tuning& tuning) {
   if (!tuning.trace) return "";
-  std::string s = "  fusor_trt += __builtin_ia32_rdtsc() - tr0;\n";
+  std::string s = "  fusor_trt += __builtin_ia32_rdtsc() - tr0;\n  fusor_trlast += trlast;\n";
   s += "  if (++fusor_trn == 64) {\n";
   s += "    int nt = 1;\n#ifdef _OPENMP\n    nt = omp_get_max_threads();\n#endif\n";
   s += "    __builtin_printf(\"trace: 64 calls, %.1f kcycles a call; each thread's kcycles a call: entered, K packed, "
-       "V packed, items done | items a call, query packing, block steps, output rows\\n\", fusor_trt / 64e3);\n";
+       "V packed, items done | items a call, query packing, block steps, output rows | heads packed a call; the "
+       "last thread out of items at %.1f\\n\", fusor_trt / 64e3, fusor_trlast / 64e3);\n";
   s += "    for (int t = 0; t < nt && t < FUSOR_TRT; ++t) {\n";
   s += "      const uint64_t* w = fusor_tr[t];\n";
-  s += "      __builtin_printf(\"trace: thread %2d %8.1f %8.1f %8.1f %8.1f | %6.2f %8.1f %8.1f %8.1f\\n\", t, "
-       "w[0] / 64e3, w[1] / 64e3, w[2] / 64e3, w[3] / 64e3, w[4] / 64.0, w[5] / 64e3, w[6] / 64e3, w[7] / 64e3);\n";
+  s += "      __builtin_printf(\"trace: thread %2d %8.1f %8.1f %8.1f %8.1f | %6.2f %8.1f %8.1f %8.1f | %5.2f\\n\", t, "
+       "w[0] / 64e3, w[1] / 64e3, w[2] / 64e3, w[3] / 64e3, w[4] / 64.0, w[5] / 64e3, w[6] / 64e3, w[7] / 64e3, "
+       "w[8] / 64.0);\n";
   s += "    }\n";
   s += "    memset(fusor_tr, 0, sizeof fusor_tr);\n";
-  s += "    fusor_trn = fusor_trt = 0;\n";
+  s += "    fusor_trn = fusor_trt = fusor_trlast = 0;\n";
   s += "  }\n";
   return s;
 }
@@ -578,7 +622,7 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
     // Items of up to qs query blocks within one head (claim_query_blocks).
     s += "    for (;;) {\n";
     s += "      int64_t u = 0, qn = 0;\n";
-    s += claim_query_blocks(tuning);
+    s += claim_query_blocks(tuning, false, local);
     s += "      if (qn == 0) break;\n";
     s += "      if (!(" + scratch_ok + ")) continue;\n";
     s += "      const int64_t bh = u / nqm, q0 = (u % nqm) * FUSOR_MR;\n";
@@ -600,7 +644,9 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
       s += "        }\n";
       s += "        for (int64_t hp = 0; hp < ndp; ++hp) {\n" + amx_attention_pack_v_panel(ld, false, "kvh") +
            "        }\n";
-      s += "        lhead = kvh;\n      }\n";
+      s += "        lhead = kvh;\n";
+      if (tuning.trace) s += "        trw[" + std::to_string(kLocalPacks) + "] += 1;\n";
+      s += "      }\n";
     }
   }
   s += "      for (int64_t sb = 0; sb < nsub; ++sb) {\n";
@@ -812,7 +858,7 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   s += "        const float* restrict orow = ob + ((k / FUSOR_MR) * MRP + k % FUSOR_MR) * LDO;\n";
   s += "        #pragma omp simd\n        for (int64_t c = 0; c < Dv; ++c) o[c] = orow[c] * rf;\n";
   s += "      }\n" + trace_item(tuning, kOutputRows) + (pairs ? "      }\n" : "") + "    }\n";
-  s += trace_mark(tuning, kItemsDone);
+  s += trace_items_done(tuning);
   if (amx) s += "    _tile_release();\n";
   s += "  }\n";
   s += trace_end(tuning);

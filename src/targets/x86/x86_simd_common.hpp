@@ -147,6 +147,11 @@ struct Tuning {
   // (1), instead of every head packed by all threads before the items (0) (decisions.md,
   // "Non-causal K and V packed by the thread that reads them").
   int lpack = 1;
+  // With lpack, for A/B runs: a thread out of its own range steals from ranges of its own KV
+  // head first, and from another head's (which it must then pack) only while that range has
+  // at least xsteal query blocks left; 0: the range with most left, whatever its head (run bm:
+  // 3 and "never" took 1.11x and 1.17x the time at S = 512 D = 64 on 16 threads: decisions.md).
+  int xsteal = 0;
   // Attention's flash loop: every 64 calls, each thread's cycles per call in each phase
   // printed on stdout (the trace_* helpers in x86_simd_attention.cpp). For measurements only.
   int trace = 0;

@@ -52,11 +52,11 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
     const auto res = std::from_chars(value.data(), value.data() + value.size(), v);
     const bool number = res.ec == std::errc{} && res.ptr == value.data() + value.size();
     // Which tiles a knob belongs to. The AMX tile is 32 rows; `exact`, `overlap`, `dyn`,
-    // `isplit` and `lpack` are AMX's; `stream` is the streaming kinds' and `bpf`, `ksub`, `epf`,
-    // `bfuse`, `bnext`, `bcopy` and the row path's `srows`, `crows`, `llc`, `wrows`, `wcols`,
-    // `runc`, `ksplit` the zmm and ymm tiles' (AMX's packing prefetches its own way; its tiles
-    // sum in their own order, keep their own epilogue and take no row path); `fq` is
-    // attention's few-query path, on zmm or ymm registers in all three lanes, `byhead` causal
+    // `isplit`, `lpack` and `xsteal` are AMX's; `stream` is the streaming kinds' and `bpf`,
+    // `ksub`, `epf`, `bfuse`, `bnext`, `bcopy` and the row path's `srows`, `crows`, `llc`,
+    // `wrows`, `wcols`, `runc`, `ksplit` the zmm and ymm tiles' (AMX's packing prefetches its own
+    // way; its tiles sum in their own order, keep their own epilogue and take no row path); `fq`
+    // is attention's few-query path, on zmm or ymm registers in all three lanes, `byhead` causal
     // attention's order of items, `qs` and `qitems` attention's query blocks an item, `kstream`
     // its shared packs' stores and `trace` its phases' cycles in all three.
     enum class On { any, vector, amx };
@@ -104,6 +104,7 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
         {"wcols", &simd::Tuning::wcols, 32, 1 << 20, On::vector},
         {"trace", &simd::Tuning::trace, 0, 1, On::any},
         {"lpack", &simd::Tuning::lpack, 0, 1, On::amx},
+        {"xsteal", &simd::Tuning::xsteal, 0, 1 << 16, On::amx},
     };
     const Knob* knob = nullptr;
     std::string names;

@@ -93,6 +93,29 @@ TEST(ResultsDashboard, ReadsEveryRunLayoutWithRangesAndVerdicts) {
   EXPECT_NE(page.find("| `gemm_bias_gelu_1024x1024x1024` | 0.95 | 0.93–1.05 ✗ | 0.99 |"), std::string::npos) << page;
 }
 
+// The tile probes of a block's runs (before and after each run's cases): how many threads had
+// their tiles at full rate (12 ns a product or less), lowest-highest; nothing without a probe.
+TEST(ResultsDashboard, TilesAtFullRateFromTheProbes) {
+  json a = kAmx, b = kAmx;
+  a["amx_tile_ns_per_product"] = {7.1, 23.0, 7.3, 24.5};
+  a["amx_tile_ns_per_product_after"] = {7.4, 8.5, 7.2, 12.0};
+  b["amx_tile_ns_per_product"] = {22.0, 26.1, 7.0, 24.0};
+  auto rows = rows_of(
+      "cpu-2026-12-06-bm-lent.json",
+      {{"machine", a},
+       {"runs", {{{"cases", {gemm_case(1.0)}}, {"machine", a}}, {{"cases", {gemm_case(1.1)}}, {"machine", b}}}}});
+  ASSERT_TRUE(rows.ok()) << rows.error().str();
+  EXPECT_EQ((*rows)[0].tiles, "1–4 of 4");
+  // The file's machine serves runs that record none.
+  rows = rows_of("cpu-2026-12-06-bm-lent.json", {{"machine", b}, {"runs", {{gemm_case(1.0)}}}});
+  ASSERT_TRUE(rows.ok()) << rows.error().str();
+  EXPECT_EQ((*rows)[0].tiles, "1 of 4");
+  EXPECT_NE(render(*rows).find("| x86_avx512 | 1 of 4 | 1.00 met 1/1 |"), std::string::npos) << render(*rows);
+  rows = rows_of("cpu-2026-12-06-bm-dev.json", {{"machine", kZen5}, {"runs", {{gemm_case(1.0)}}}});
+  ASSERT_TRUE(rows.ok()) << rows.error().str();
+  EXPECT_EQ((*rows)[0].tiles, "");
+}
+
 // A run that records its rounds' spread: a case under its bar whose rounds reached it is a
 // swing (~), one whose rounds stayed under it, or that lacks the spread, a loss (✗).
 TEST(ResultsDashboard, BelowTheBarWithinTheRoundsIsASwing) {

@@ -81,7 +81,8 @@ void name_parts(const std::string& file, Row& row) {
 // {"cases": [...], "machine": {...}} objects.
 struct Runs {
   std::vector<const nlohmann::json*> runs;
-  const nlohmann::json* machine = nullptr;
+  const nlohmann::json* machine = nullptr;          // the first run's
+  std::vector<const nlohmann::json*> machines = {}; // every run's that records one
 };
 Runs runs_under(const nlohmann::json& v) {
   Runs out;
@@ -95,10 +96,35 @@ Runs runs_under(const nlohmann::json& v) {
       out.runs.push_back(&run);
     } else if (run.is_object() && run.contains("cases") && run["cases"].is_array()) {
       out.runs.push_back(&run["cases"]);
+      if (run.contains("machine")) out.machines.push_back(&run["machine"]);
       if (!out.machine && run.contains("machine")) out.machine = &run["machine"];
     }
   }
   return out;
+}
+
+// A tile product (TDPBF16PS, 16 cycles at full rate: 7-8 ns at these hosts' 2-2.3 GHz) in at
+// most this many ns is at full rate; the shared hosts' slowed tiles take 18-28.
+constexpr double kFullRateNs = 12.0;
+
+// "lo–hi of n": how many threads each tile probe (before and after a run's cases) of these
+// machine records found at full rate; "" where none was recorded.
+std::string tiles_at_full_rate(const std::vector<const nlohmann::json*>& machines) {
+  int lo = -1, hi = -1;
+  size_t threads = 0;
+  for (const nlohmann::json* m : machines)
+    for (const char* key : {"amx_tile_ns_per_product", "amx_tile_ns_per_product_after"}) {
+      const auto it = m->find(key);
+      if (it == m->end() || !it->is_array() || it->empty()) continue;
+      int full = 0;
+      for (const auto& ns : *it) full += ns.is_number() && ns.get<double>() <= kFullRateNs;
+      lo = lo < 0 ? full : std::min(lo, full);
+      hi = std::max(hi, full);
+      threads = std::max(threads, it->size());
+    }
+  if (lo < 0) return "";
+  return (lo == hi ? std::to_string(lo) : std::to_string(lo) + "–" + std::to_string(hi)) + " of " +
+         std::to_string(threads);
 }
 
 std::string two(double v) { return fmt::format("{:.2f}", v); }
@@ -179,6 +205,7 @@ Expected<std::vector<Row>> rows_of(const std::string& file, const nlohmann::json
     const nlohmann::json* machine = runs.machine ? runs.machine : (doc.contains("machine") ? &doc["machine"] : nullptr);
     if (machine && !machine->is_object()) return bad(file, "\"machine\" is not an object");
     row.machine = machine ? machine_label(*machine) : "unknown machine";
+    row.tiles = tiles_at_full_rate(runs.machines.empty() && machine ? std::vector{machine} : runs.machines);
     std::set<std::string> lanes;
     for (const nlohmann::json* run : runs.runs) {
       bool any = false;
@@ -259,14 +286,18 @@ std::string render(const std::vector<Row>& rows) {
        "then `met` (all reach the bar), `mixed` or `missed` (none do), and how many reach it.\n"
        "Blocks: `runs` (`fusor-bench all`), `avx2_runs` (the x86_avx2 lane against peers\n"
        "restricted to AVX2), `cases` (a single run); other blocks (A/B runs) and cases run with\n"
-       "`--knob` are not read.\n\n";
-  o << "| Results | Block | Runs | Machine | Lanes";
+       "`--knob` are not read. Full-rate tiles: of the bench's threads, how many the AMX tile probe\n"
+       "found at full rate (a product in 12 ns or less) before and after each run's cases, lowest\n"
+       "and highest; the shared hosts slow the tiles to a third on some threads, and the x86_amx\n"
+       "lane's ratios follow.\n\n";
+  o << "| Results | Block | Runs | Machine | Lanes | Full-rate tiles";
   for (const Target& t : targets()) o << " | " << t.column;
-  o << " |\n|---|---|---|---|---";
+  o << " |\n|---|---|---|---|---|---";
   for (size_t i = 0; i < targets().size(); ++i) o << "|---";
   o << "|\n";
   for (const Row& r : rows) {
-    o << "| " << r.file << " | " << r.block << " | " << r.runs << " | " << r.machine << " | " << r.lanes;
+    o << "| " << r.file << " | " << r.block << " | " << r.runs << " | " << r.machine << " | " << r.lanes << " | "
+      << r.tiles;
     for (const Target& t : targets()) {
       const std::optional<Span> span = span_of(r, t);
       o << " | " << (span ? span_cell(*span, t.bar) : "");

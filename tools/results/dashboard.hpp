@@ -38,6 +38,9 @@ struct Row {
   std::string date;    // 2026-12-02
   std::string machine; // cpu model, ISA class and threads: "AMD EPYC, AVX-512, 2 threads"
   std::string lanes;   // lanes the cases ran on, comma-separated ("-" when not recorded)
+  // The threads whose AMX tiles the bench's probe found at full rate, before and after each
+  // run's cases, lowest-highest: "3–4 of 16" ("" where no probe was recorded).
+  std::string tiles;
   int runs = 0;
   std::map<std::string, std::vector<double>> cases; // metric values by case name
   // Per value in `cases`: the upper quartile of that run's interleaved rounds' ratios

@@ -410,6 +410,7 @@ std::string trace_thread(const Tuning& tuning) {
 }
 
 std::string trace_end(const Tuning& tuning) {
+  static_assert(kTraceSlots == 9, "the printf below prints slots w[0] to w[8]");
   if (!tuning.trace) return "";
   std::string s = "  fusor_trt += __builtin_ia32_rdtsc() - tr0;\n  fusor_trlast += trlast;\n";
   s += "  if (++fusor_trn == 64) {\n";

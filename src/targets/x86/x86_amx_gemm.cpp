@@ -208,22 +208,22 @@ static inline __mmask16 fusor_mask16(int64_t n) {
   return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1u);
 }
 
-/* Parts of 16 + 16 values as 16 pairs (lo[j], hi[j]) per part, parts stride apart: a part is
-   a bf16 in the top half of its lane, so a shift and one ternary-logic op ((hi & top) | lo >> 16)
-   pack two. The mask matters: fusor_split16_fn's last part is denormal in f32 (its low half not
-   zero) for values near FLT_MIN, and would write into its neighbour's bf16. */
+/* One part of 16 + 16 values as 16 pairs (lo[j], hi[j]): a part is a bf16 in the top half of
+   its lane, so a shift and one ternary-logic op ((hi & top) | lo >> 16) pack two. The mask
+   matters: fusor_split16_fn's last part is denormal in f32 (its low half not zero) for values
+   near FLT_MIN, and would write into its neighbour's bf16. */
+static inline __m512i fusor_pair_halves(__m512i lo, __m512i hi) {
+  return _mm512_ternarylogic_epi32(hi, _mm512_set1_epi32((int)0xFFFF0000u), _mm512_srli_epi32(lo, 16), 0xEA);
+}
+
+/* Every part's pairs (fusor_pair_halves), parts stride apart. */
 static inline void fusor_store_halves(const __m512i* lo, const __m512i* hi, uint16_t* dst, int64_t stride, int ns) {
-  const __m512i top = _mm512_set1_epi32((int)0xFFFF0000u);
-  for (int s = 0; s < ns; ++s)
-    _mm512_storeu_si512(dst + s * stride, _mm512_ternarylogic_epi32(hi[s], top, _mm512_srli_epi32(lo[s], 16), 0xEA));
+  for (int s = 0; s < ns; ++s) _mm512_storeu_si512(dst + s * stride, fusor_pair_halves(lo[s], hi[s]));
 }
 
 /* fusor_store_halves with streaming stores (dst and stride whole 64-byte lines). */
 static inline void fusor_stream_halves(const __m512i* lo, const __m512i* hi, uint16_t* dst, int64_t stride, int ns) {
-  const __m512i top = _mm512_set1_epi32((int)0xFFFF0000u);
-  for (int s = 0; s < ns; ++s)
-    _mm512_stream_si512((__m512i*)(dst + s * stride),
-                        _mm512_ternarylogic_epi32(hi[s], top, _mm512_srli_epi32(lo[s], 16), 0xEA));
+  for (int s = 0; s < ns; ++s) _mm512_stream_si512((__m512i*)(dst + s * stride), fusor_pair_halves(lo[s], hi[s]));
 }
 
 /* Rows k (x0) and k + 1 (x1) of 16 columns as the pairs TDPBF16PS multiplies: part s of

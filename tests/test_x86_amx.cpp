@@ -97,7 +97,8 @@ TEST(X86Amx, RejectsTheZmmTileKnobs) { // emission needs no AMX on the host
 
 // The lane's kernels compile with the host compiler wherever they are emitted, AMX or not (a
 // host without AMX, like CI's, runs none of them, so this is where their C is checked there):
-// every kind, 16-bit storage, causal attention's orders, the packs' and claims' knobs, the trace.
+// every kind, 16-bit storage, causal attention's orders, the packs' and claims' knobs, P·V on
+// zmm, the trace.
 TEST(X86Amx, KernelsCompileOnAnyHost) {
   const std::pair<const char*, std::map<std::string, std::string>> kernels[] = {
       {"fused { epilogue = [bias, gelu]; residual = true }", {}},
@@ -108,6 +109,8 @@ TEST(X86Amx, KernelsCompileOnAnyHost) {
       {"attention { scale = 0.125 }", {{"lpack", "0"}, {"kstream", "1"}}},
       {"attention { scale = 0.125; causal = true }", {{"byhead", "3"}}},
       {"attention { causal = true; storage = f16 }", {{"byhead", "0"}}},
+      {"attention { scale = 0.125; causal = true }", {{"zpv", "2"}, {"trace", "1"}}},
+      {"attention { storage = bf16 }", {{"zpv", "1"}}},
   };
   for (const auto& [text, knobs] : kernels) {
     const Region region = region_of(text);
@@ -437,6 +440,36 @@ TEST(X86Amx, AttentionStealsByHead) {
       for (const ProblemShape& dims :
            {attention_dims(2, 4, 2, 150, 150, 64), attention_dims(1, 6, 3, 333, 100, 40, 72)})
         testing::expect_matches_reference_on("x86_amx", plain, dims, 73, 0.5, {{"xsteal", xsteal}, {"serial", serial}});
+}
+
+// zpv: P·V on zmm between the tile products, always (1) or where a thread measured it cheaper
+// (2: its first item on the tiles, its second on zmm, then the cheaper, so a call of two items
+// a thread or more runs both). The outputs match the reference either way: causal or not,
+// ragged blocks, parallel and serial; 16-bit storage keeps the tiles (its V is widened for zmm
+// only where it is not all finite).
+TEST(X86Amx, AttentionZmmPV) {
+  const Region plain = region_of("attention { scale = 0.125 }");
+  const auto emitted = [&](std::map<std::string, std::string> knobs) {
+    return testing::emitted_source("x86_amx", plain, std::move(knobs));
+  };
+  const std::string pick = "zv = zcost[0] == 0.0 ? 0 : zcost[1] == 0.0 ? 1 : zcost[1] < zcost[0];";
+  EXPECT_NE(emitted({{"zpv", "2"}}).find(pick), std::string::npos);
+  EXPECT_NE(emitted({{"zpv", "1"}}).find("zv = 1;"), std::string::npos);
+  EXPECT_EQ(emitted({}).find("zcost"), std::string::npos); // the default: zpv = 0
+  EXPECT_EQ(
+      testing::emitted_source("x86_amx", region_of("attention { storage = bf16 }"), {{"zpv", "1"}}).find("zv = 1;"),
+      std::string::npos);
+  REQUIRE_AMX();
+  for (const char* text : {"attention { scale = 0.125 }", "attention { scale = 0.125; causal = true }",
+                           "attention { causal = true; storage = bf16 }", "attention { storage = f16 }"})
+    for (const ProblemShape& dims :
+         {attention_dims(2, 4, 2, 150, 150, 64), attention_dims(1, 6, 3, 333, 100, 40, 72)}) {
+      for (const char* serial : {"0", "1073741824"})
+        testing::expect_matches_reference_on("x86_amx", region_of(text), dims, 73, 0.5,
+                                             {{"zpv", "1"}, {"serial", serial}});
+      for (int call = 0; call < 3; ++call) // (zpv = 2 picks from the calls before)
+        testing::expect_matches_reference_on("x86_amx", region_of(text), dims, 74 + call, 0.5, {{"zpv", "2"}});
+    }
 }
 
 // Infinite queries and keys take the f32 recomputation of their scores; a NaN value of a key

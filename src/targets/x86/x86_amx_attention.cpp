@@ -204,6 +204,7 @@ std::string amx_attention_split_row(const std::string& hook) {
   std::string s;
   s += "          for (int64_t k0 = sfrom; k0 < nbkp; k0 += 32) {\n";
   s += hook;
+  s += "            if (zv) continue; /* P·V on zmm: no parts */\n";
   AmxRowChunk c;
   c.source = "sp";
   c.element = "rr * NB + k0 + t";
@@ -307,13 +308,16 @@ std::string amx_attention_steps(const AttentionRegion& r, const StorageLoad& ld,
   // passes through the exp pass or the split loop).
   s += "        const int64_t chunks = FUSOR_MR * (nbkp / 32), prods = " +
        std::string(overlap ? "fusor_tiles_products(&tq)" : "0") + ";\n";
+  // (zmm P·V: each 12-row tile's keys for each 32 columns, the ticks fusor_pv takes)
+  s += "        const int64_t den = chunks + (zv ? fusor_cdiv(rows, FUSOR_PVR) * fusor_cdiv(Dv, 32) * nbk : 0);\n";
   s += "        int64_t tick = 0;\n";
   s += rows_loop;
-  // Heads whose V is not all finite keep the zmm P·V, whose masked keys never touch V.
-  s += "        if (!vfin) {\n" + zmm_pv + "        }\n";
+  // P·V on zmm (zv): heads whose V is not all finite (masked keys never touch V there), and
+  // items that take it for speed (Tuning::zpv).
+  s += "        if (zv) {\n" + zmm_pv + "        }\n";
   s += "        }\n";
   s += "        fusor_tiles_drain(&tq);\n";
-  s += "        have_prv = vfin, prv = cur, cur = nxt, par ^= 1, t = tn;\n";
+  s += "        have_prv = !zv, prv = cur, cur = nxt, par ^= 1, t = tn;\n";
   s += "      }\n";
   s += "      if (have_prv) fusor_tiles_run(&tq, " + pv_job("prv", "ppb[par ^ 1]") + ");\n";
   return s;

@@ -12,7 +12,9 @@
 // MR = 12 gives a 24-accumulator score micro-kernel and a P·V tile of 24 accumulators + 2 V
 // vectors + a broadcast within the 32 zmm registers; key blocks outside query blocks bring a
 // K/V block to L2 once per QS x MR queries.
+#include <cstring>
 #include <functional>
+#include <utility>
 
 #include "codegen/abi.hpp"
 #include "codegen/c_renderer.hpp"
@@ -30,11 +32,12 @@ namespace {
 // over all keys, masked for a ragged dv. p rows are FUSOR_NB floats apart (a constant, so the
 // broadcasts address by immediates and no general register holds a row offset); rows of a tile
 // past the block's real rows are padding (finite or not, they are never stored to the output).
+// The @Q..@ marks are where the AMX lane's version takes its tile queue (fusor_pv_source).
 const char* kPv = R"(#define FUSOR_PVR 12
 #define FUSOR_PVC 2
 static inline __attribute__((always_inline)) void fusor_pv_tile(const int R, const int NC, int64_t j0, int64_t j1,
-    const float* restrict p, const float* restrict v, int64_t ldv, float* restrict o, int64_t ldo, const __mmask16* mk) {
-  __m512 acc[FUSOR_PVR][4];
+    const float* restrict p, const float* restrict v, int64_t ldv, float* restrict o, int64_t ldo, const __mmask16* mk@QP@) {
+  __m512 acc[FUSOR_PVR][4];@QB@
   #pragma GCC unroll 16
   for (int r = 0; r < R; ++r)
     #pragma GCC unroll 4
@@ -52,15 +55,15 @@ static inline __attribute__((always_inline)) void fusor_pv_tile(const int R, con
       const __m512 pb = _mm512_set1_ps(p[r * FUSOR_NB + j]);
       #pragma GCC unroll 4
       for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_fmadd_ps(pb, vv[c], acc[r][c]);
-    }
-  }
+    }@QT@
+  }@QE@
   #pragma GCC unroll 16
   for (int r = 0; r < R; ++r)
     #pragma GCC unroll 4
     for (int c = 0; c < NC; ++c) _mm512_mask_storeu_ps(o + r * ldo + 16 * c, mk[c], acc[r][c]);
 }
 static void fusor_pv(int tile_rows, int64_t j0, int64_t j1, const float* restrict p, const float* restrict v,
-                     int64_t ldv, float* restrict o, int64_t ldo, int64_t dv) {
+                     int64_t ldv, float* restrict o, int64_t ldo, int64_t dv@QP@) {
   if (j1 <= j0) return;
   const int w = tile_rows == 1 ? 4 : FUSOR_PVC;
   for (int64_t d0 = 0; d0 < dv; d0 += 16 * w) {
@@ -75,23 +78,41 @@ static void fusor_pv(int tile_rows, int64_t j0, int64_t j1, const float* restric
     float* restrict oc = o + d0;
     if (tile_rows == 1) {
       switch (nc) {
-      case 4: fusor_pv_tile(1, 4, j0, j1, p, vc, ldv, oc, ldo, mk); break;
-      case 3: fusor_pv_tile(1, 3, j0, j1, p, vc, ldv, oc, ldo, mk); break;
-      case 2: fusor_pv_tile(1, 2, j0, j1, p, vc, ldv, oc, ldo, mk); break;
-      default: fusor_pv_tile(1, 1, j0, j1, p, vc, ldv, oc, ldo, mk); break;
+      case 4: fusor_pv_tile(1, 4, j0, j1, p, vc, ldv, oc, ldo, mk@QA@); break;
+      case 3: fusor_pv_tile(1, 3, j0, j1, p, vc, ldv, oc, ldo, mk@QA@); break;
+      case 2: fusor_pv_tile(1, 2, j0, j1, p, vc, ldv, oc, ldo, mk@QA@); break;
+      default: fusor_pv_tile(1, 1, j0, j1, p, vc, ldv, oc, ldo, mk@QA@); break;
       }
     } else if (tile_rows == 8 && nc == FUSOR_PVC) {
-      fusor_pv_tile(8, FUSOR_PVC, j0, j1, p, vc, ldv, oc, ldo, mk);
+      fusor_pv_tile(8, FUSOR_PVC, j0, j1, p, vc, ldv, oc, ldo, mk@QA@);
     } else if (tile_rows == 8) {
-      fusor_pv_tile(8, 1, j0, j1, p, vc, ldv, oc, ldo, mk);
+      fusor_pv_tile(8, 1, j0, j1, p, vc, ldv, oc, ldo, mk@QA@);
     } else if (nc == FUSOR_PVC) {
-      fusor_pv_tile(FUSOR_PVR, FUSOR_PVC, j0, j1, p, vc, ldv, oc, ldo, mk);
+      fusor_pv_tile(FUSOR_PVR, FUSOR_PVC, j0, j1, p, vc, ldv, oc, ldo, mk@QA@);
     } else {
-      fusor_pv_tile(FUSOR_PVR, 1, j0, j1, p, vc, ldv, oc, ldo, mk);
+      fusor_pv_tile(FUSOR_PVR, 1, j0, j1, p, vc, ldv, oc, ldo, mk@QA@);
     }
   }
 }
 )";
+
+// kPv, and on the AMX lane with the tile queue: every key of a tile's loop advances it by `prods`
+// of `den` (the tick rule of the softmax's chunks), so the zmm P·V runs between tile products
+// as the softmax does (Tuning::zpv says why).
+std::string fusor_pv_source(bool queue) {
+  std::string s = kPv;
+  const std::pair<const char*, const char*> marks[] = {
+      {"@QP@", ", fusor_tiles* tq, int64_t* tk, int64_t prods, int64_t den"},
+      {"@QB@", "\n  int64_t tick = *tk;"},
+      {"@QT@", "\n    for (tick += prods; tick >= den; tick -= den) fusor_tiles_product(tq);"},
+      {"@QE@", "\n  *tk = tick;"},
+      {"@QA@", ", tq, tk, prods, den"},
+  };
+  for (const auto& [mark, text] : marks)
+    for (size_t at = s.find(mark); at != std::string::npos; at = s.find(mark, at))
+      s.replace(at, std::strlen(mark), queue ? text : "");
+  return s;
+}
 
 } // namespace
 
@@ -227,15 +248,16 @@ std::string query_block_ranges(const Tuning& tuning, const std::string& per_head
 // and another head's only while it has xsteal blocks left.
 std::string claim_query_blocks(const Tuning& tuning, bool one_at_a_time = false, bool local = false) {
   const std::string qs = one_at_a_time ? "1" : "qs";
-  const auto floor_of_two = [&](const std::string& indent) {
-    return one_at_a_time ? std::string() : indent + "qn = qn < 2 ? 2 : qn;\n";
+  const auto run_floor = [&](const std::string& indent, int least = 2) {
+    const std::string n = std::to_string(least);
+    return one_at_a_time || least <= 1 ? std::string() : indent + "qn = qn < " + n + " ? " + n + " : qn;\n";
   };
   const std::string counter =
       std::string("        u = __atomic_load_n(&claim, __ATOMIC_RELAXED);\n"
                   "        while (u < nall) {\n"
                   "          const int64_t in_head = nqm - u % nqm;\n"
                   "          qn = fusor_cdiv(nall - u, 2 * nthreads);\n") +
-      floor_of_two("          ") + "          qn = qn > " + qs + " ? " + qs +
+      run_floor("          ") + "          qn = qn > " + qs + " ? " + qs +
       " : qn; /* the scratch holds qs blocks */\n"
       "          qn = qn > in_head ? in_head : qn;\n"
       "          if (__atomic_compare_exchange_n(&claim, &u, u + qn, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) break;\n"
@@ -255,7 +277,7 @@ std::string claim_query_blocks(const Tuning& tuning, bool one_at_a_time = false,
   s += "            if (lo >= hi) { qn = 0; break; }\n";
   s += "            const int64_t in_head = nqm - lo % nqm;\n";
   s += std::string("            qn = ") + (tuning.qrun ? "hi - lo" : "fusor_cdiv(hi - lo, 2)") + ";\n";
-  s += floor_of_two("            ");
+  s += run_floor("            ", tuning.qmin);
   s += "            qn = qn > " + qs + " ? " + qs + " : qn;\n";
   s += "            qn = qn > in_head ? in_head : qn;\n";
   s += "            qn = qn > hi - lo ? hi - lo : qn;\n";
@@ -303,8 +325,8 @@ std::string fenced_barrier() { return "    _mm_sfence();\n    #pragma omp barrie
 
 std::string attention_pv_source(const AttentionRegion& r, const StorageLoad& ld, const Tuning& tuning) {
   std::string s = "#define FUSOR_NB " + std::to_string(tuning.nb) + "\n";
-  if (tuning.amx) return s + kPv + amx_attention_step_source();
-  if (!tuning.avx2) return s + kPv + half_micro_kernel_source(tuning.mr);
+  if (tuning.amx) return s + fusor_pv_source(true) + amx_attention_step_source();
+  if (!tuning.avx2) return s + fusor_pv_source(false) + half_micro_kernel_source(tuning.mr);
   // (The AVX2 lane's P·V is its GEMM micro-kernel reading P's rows in place.)
   s += avx2_rows_kernel_source(tuning.mr);
   if (!r.k_transposed()) s += avx2_transpose8_source();
@@ -347,6 +369,45 @@ bool local_packs(const AttentionRegion& r, const StorageLoad& ld, const Tuning& 
   return tuning.amx && tuning.lpack && !r.causal() && tuning.claim != 0 && ld.dtype == DType::f32;
 }
 
+// Emitted after vfin: zv, whether this item's P·V runs on zmm FMAs between the tile products
+// (Tuning::zpv). On the AMX lane a block step is the tiles' work (both products, six part
+// products each for f32) and the vector units' (the softmax, the probabilities' parts): at full
+// tile rate the tiles take about twice the vector units' time, and the lent hosts slow the
+// tiles to a third on many threads. If only the tiles slowed, P·V on zmm (half the tiles' work
+// moved onto the FMAs, no parts to split) would halve such a thread's steps; run bn measured
+// the slowed threads no faster with it (decisions.md, "P·V on zmm beside slowed tiles"). With
+// zpv = 2 each thread keeps its items' cycles per query-key (an average over recent items) for
+// either way, takes the cheaper one and, every 32nd item, the other, so a thread follows its
+// own tiles' rate as it changes. Outputs differ between the two by f32 rounding only. f32
+// storage only: the zmm P·V reads V as f32, which 16-bit storage widens only for heads whose V
+// is not all finite.
+std::string zpv_choice(const Tuning& tuning, const StorageLoad& ld) {
+  std::string s = "      int zv = !vfin; /* P·V on zmm */\n";
+  if (ld.dtype != DType::f32) return s;
+  if (tuning.zpv == 1) s += "      zv = 1;\n";
+  if (tuning.zpv != 2) return s;
+  s += "      static _Thread_local double zcost[2]; /* cycles per query-key, tiles and zmm */\n";
+  s += "      static _Thread_local unsigned zitems;\n";
+  s += "      if (!zv) {\n";
+  s += "        zv = zcost[0] == 0.0 ? 0 : zcost[1] == 0.0 ? 1 : zcost[1] < zcost[0];\n";
+  s += "        if (++zitems % 32 == 0) zv ^= 1;\n";
+  s += "      }\n";
+  return s;
+}
+
+// With zpv = 2: the start of an item's block steps, and their cycles per query-key after them.
+std::string zpv_clock_start(const Tuning& tuning, const StorageLoad& ld) {
+  return tuning.zpv == 2 && ld.dtype == DType::f32 ? "      const uint64_t zt0 = __builtin_ia32_rdtsc();\n" : "";
+}
+
+std::string zpv_clock_end(const Tuning& tuning, const StorageLoad& ld) {
+  if (tuning.zpv != 2 || ld.dtype != DType::f32) return "";
+  return "      if (qrows * n_all > 0) {\n"
+         "        const double x = (double)(__builtin_ia32_rdtsc() - zt0) / (double)(qrows * n_all);\n"
+         "        zcost[zv] = zcost[zv] == 0.0 ? x : 0.75 * zcost[zv] + 0.25 * x;\n"
+         "      }\n";
+}
+
 // Tuning::trace: each thread's phases in cycles since the call began (enter, K packed, V packed,
 // items done) and its items' counts and cycles (query packing, block steps, output rows),
 // summed over 64 calls and printed on stdout, so a many-thread host shows where a call's time
@@ -361,6 +422,7 @@ enum TraceSlot {
   kBlockSteps,
   kOutputRows,
   kLocalPacks, // (heads the thread packed itself: lpack)
+  kZmmItems,   // (items whose P·V ran on zmm: zpv)
   kTraceSlots
 };
 
@@ -410,19 +472,21 @@ std::string trace_thread(const Tuning& tuning) {
 }
 
 std::string trace_end(const Tuning& tuning) {
-  static_assert(kTraceSlots == 9, "the printf below prints slots w[0] to w[8]");
+  static_assert(kTraceSlots == 10, "the printf below prints slots w[0] to w[9]");
   if (!tuning.trace) return "";
   std::string s = "  fusor_trt += __builtin_ia32_rdtsc() - tr0;\n  fusor_trlast += trlast;\n";
   s += "  if (++fusor_trn == 64) {\n";
   s += "    int nt = 1;\n#ifdef _OPENMP\n    nt = omp_get_max_threads();\n#endif\n";
   s += "    __builtin_printf(\"trace: 64 calls, %.1f kcycles a call; each thread's kcycles a call: entered, K packed, "
-       "V packed, items done | items a call, query packing, block steps, output rows | heads packed a call; the "
+       "V packed, items done | items a call, query packing, block steps, output rows | heads packed, items with PV "
+       "on zmm a call; the "
        "last thread out of items at %.1f\\n\", fusor_trt / 64e3, fusor_trlast / 64e3);\n";
   s += "    for (int t = 0; t < nt && t < FUSOR_TRT; ++t) {\n";
   s += "      const uint64_t* w = fusor_tr[t];\n";
-  s += "      __builtin_printf(\"trace: thread %2d %8.1f %8.1f %8.1f %8.1f | %6.2f %8.1f %8.1f %8.1f | %5.2f\\n\", t, "
+  s += "      __builtin_printf(\"trace: thread %2d %8.1f %8.1f %8.1f %8.1f | %6.2f %8.1f %8.1f %8.1f | %5.2f "
+       "%5.2f\\n\", t, "
        "w[0] / 64e3, w[1] / 64e3, w[2] / 64e3, w[3] / 64e3, w[4] / 64.0, w[5] / 64e3, w[6] / 64e3, w[7] / 64e3, "
-       "w[8] / 64.0);\n";
+       "w[8] / 64.0, w[9] / 64.0);\n";
   s += "    }\n";
   s += "    memset(fusor_tr, 0, sizeof fusor_tr);\n";
   s += "    fusor_trn = fusor_trt = fusor_trlast = 0;\n";
@@ -678,11 +742,11 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   if (amx) {
     s += "      int vfin = 1;\n";
     s += "      for (int64_t p = 0; p < ndp; ++p) vfin &= !vfl[kvp * ndp + p];\n";
+    s += zpv_choice(tuning, ld);
   }
   // The tile P·V of a query block's first key block starts from zero (cin = 0) and writes
   // every output row the block has, so only the zmm P·V needs zeroed rows.
-  s += std::string("      ") + (amx ? "if (!vfin) " : "") +
-       "memset(ob, 0, sizeof(float) * (size_t)(nsub * MRP * LDO));\n";
+  s += std::string("      ") + (amx ? "if (zv) " : "") + "memset(ob, 0, sizeof(float) * (size_t)(nsub * MRP * LDO));\n";
   // Top-left causal: query i sees keys 0..i, so a query block needs keys below i0 + rows only.
   s += std::string("      const int64_t n_all = ") + (causal ? "(q0 + qrows < Nk ? q0 + qrows : Nk)" : "Nk") + ";\n";
   // One online-softmax step per row over the block's visible keys (the statements of one
@@ -761,7 +825,7 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
            // whose V is not all finite); its split took them from registers.
            const std::string store =
                "_mm512_storeu_ps(srow + j, e0);\n            _mm512_storeu_ps(srow + j + 16, e1);\n";
-           u += amx && !masked ? "            if (!vfin) {\n            " + store + "            }\n"
+           u += amx && !masked ? "            if (zv) {\n            " + store + "            }\n"
                                : "            " + store;
            u += "            ls0 = _mm512_add_ps(ls0, e0);\n            ls1 = _mm512_add_ps(ls1, e1);\n";
            return masked ? u : u + chunk_tail + hook;
@@ -771,7 +835,7 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
     t += "          lrow[rr] = lrow[rr] * alpha + ls;\n          mrow[rr] = mn;\n";
     if (amx) t += "          if (np < nbkp) memset(srow + np, 0, sizeof(float) * (size_t)(nbkp - np));\n";
     // (nothing to rescale before the AMX lane's first tile P·V of the rows, which starts from zero)
-    t += std::string("          if (alpha != 1.0f") + (amx ? " && (n0 > 0 || !vfin)" : "") +
+    t += std::string("          if (alpha != 1.0f") + (amx ? " && (n0 > 0 || zv)" : "") +
          ") {\n            float* restrict orow = obs + rr * LDO;\n";
     t += "            #pragma omp simd\n            for (int64_t c = 0; c < Dv; ++c) orow[c] *= alpha;\n          }\n";
     return t;
@@ -783,42 +847,46 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   // masked V row cannot leak).
   // A last group of at most 8 rows (the AMX lane's 32-row blocks end in one) runs an 8-row
   // tile instead of 12 rows of padding.
+  // (On the AMX lane the tile queue advances between its keys: fusor_pv_source.)
+  const std::string queue = amx ? ", &tq, &tick, prods, den" : "";
   std::string pv;
   pv += "        for (int64_t g0 = 0; g0 < rows; g0 += FUSOR_PVR) {\n";
   pv += "          const int tr = rows - g0 <= 8 ? 8 : FUSOR_PVR;\n";
   if (causal) {
     pv += "          int64_t lim0 = i0 + g0 + 1 - n0;\n";
     pv += "          lim0 = lim0 < 0 ? 0 : (lim0 < nbk ? lim0 : nbk);\n";
-    pv += "          fusor_pv(tr, 0, lim0, sp + g0 * NB, vh + n0 * Dv, Dv, obs + g0 * LDO, LDO, Dv);\n";
+    pv += "          fusor_pv(tr, 0, lim0, sp + g0 * NB, vh + n0 * Dv, Dv, obs + g0 * LDO, LDO, Dv" + queue + ");\n";
     pv += "          for (int64_t rr = g0; rr < rows && rr < g0 + FUSOR_PVR; ++rr) {\n";
     pv += "            const int64_t lim = i0 + rr + 1 - n0 < nbk ? i0 + rr + 1 - n0 : nbk;\n";
-    pv += "            fusor_pv(1, lim0, lim, sp + rr * NB, vh + n0 * Dv, Dv, obs + rr * LDO, LDO, Dv);\n";
+    pv += "            fusor_pv(1, lim0, lim, sp + rr * NB, vh + n0 * Dv, Dv, obs + rr * LDO, LDO, Dv" + queue + ");\n";
     pv += "          }\n";
   } else {
-    pv += "          fusor_pv(tr, 0, nbk, sp + g0 * NB, vh + n0 * Dv, Dv, obs + g0 * LDO, LDO, Dv);\n";
+    pv += "          fusor_pv(tr, 0, nbk, sp + g0 * NB, vh + n0 * Dv, Dv, obs + g0 * LDO, LDO, Dv" + queue + ");\n";
   }
   pv += "        }\n";
   const std::string step_rows = "        float* restrict obs = ob + sb * MRP * LDO;\n"
                                 "        float* restrict mrow = mall + sb * FUSOR_MR;\n"
                                 "        float* restrict lrow = lall + sb * FUSOR_MR;\n";
   if (amx) {
-    // Every row of the 32-row block is split into parts for P·V: the exp pass splits its
-    // whole chunks while they are in registers, the split loop the rest (the ragged chunk,
-    // the zeros past it, rows past M, causal rows that see no key of the block). The tile
-    // queue advances between chunks.
+    // Every row of the 32-row block is split into parts for P·V on the tiles: the exp pass
+    // splits its whole chunks while they are in registers, the split loop the rest (the ragged
+    // chunk, the zeros past it, rows past M, causal rows that see no key of the block). The
+    // tile queue advances between chunks, and with P·V on zmm (zv) between its keys too
+    // (den: the chunks and those keys).
     std::string rows_loop = "        for (int64_t rr = 0; rr < FUSOR_MR; ++rr) {\n";
     rows_loop += "         int64_t sfrom = 0; /* the chunks the exp pass split */\n";
     rows_loop += "         if (rr < rows) {\n" + row_limit;
     rows_loop += "          if (lim <= 0) { /* causal: no key of this block is visible yet */\n"
                  "            memset(sp + rr * NB, 0, sizeof(float) * (size_t)nbkp);\n          } else {\n";
-    const std::string hook =
-        "            for (tick += prods; tick >= chunks; tick -= chunks) fusor_tiles_product(&tq);\n";
-    rows_loop += softmax_row(hook, amx_attention_split_chunk());
+    const std::string hook = "            for (tick += prods; tick >= den; tick -= den) fusor_tiles_product(&tq);\n";
+    rows_loop += softmax_row(hook, "            if (!zv)\n" + amx_attention_split_chunk());
     rows_loop += "            sfrom = (lim / 32) * 32;\n";
     rows_loop += "          }\n         }\n";
     rows_loop += amx_attention_split_row(hook);
     rows_loop += "        }\n";
-    s += amx_attention_steps(r, ld, tuning.overlap != 0, step_rows, rows_loop, pv);
+    s += zpv_clock_start(tuning, ld) + amx_attention_steps(r, ld, tuning.overlap != 0, step_rows, rows_loop, pv) +
+         zpv_clock_end(tuning, ld);
+    if (tuning.trace) s += "      trw[" + std::to_string(kZmmItems) + "] += zv;\n";
   } else {
     // Key blocks outside, query blocks inside: a K/V block is brought to L2 once per QS blocks.
     s += "      for (int64_t n0 = 0; n0 < n_all; n0 += NB)\n";

@@ -125,6 +125,10 @@ struct Tuning {
   // With ranges: a thread takes runs of up to qs blocks from its own range's front (1) instead
   // of at most half of what is left of it (0). For A/B runs (run bh, 16 threads: 1.07-1.11x the time).
   int qrun = 0;
+  // With ranges: the fewest query blocks a run from a thread's own range takes (while its range
+  // has them), so a thread's last runs are this size. For A/B runs (run bn, AMX lane at S = 512:
+  // 1 moved nothing out of the passes' spread).
+  int qmin = 2;
   // Attention: at most this many query blocks an item (0: as qitems says, at most QS). For
   // A/B runs.
   int qs = 0;
@@ -152,6 +156,12 @@ struct Tuning {
   // at least xsteal query blocks left; 0: the range with most left, whatever its head (run bm:
   // 3 and "never" took 1.11x and 1.17x the time at S = 512 D = 64 on 16 threads: decisions.md).
   int xsteal = 0;
+  // Attention on the AMX tiles, f32: P·V on zmm FMAs, between the tile products of the next
+  // step's scores (1), or on the tiles (0; a head whose V is not all finite takes zmm either
+  // way); 2: each thread picks per item whichever took fewer cycles per query-key of its recent
+  // items, trying the other every 32nd item. For A/B runs: it lost (decisions.md, "P·V on zmm
+  // beside slowed tiles").
+  int zpv = 0;
   // Attention's flash loop: every 64 calls, each thread's cycles per call in each phase
   // printed on stdout (the trace_* helpers in x86_simd_attention.cpp). For measurements only.
   int trace = 0;

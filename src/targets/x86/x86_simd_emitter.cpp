@@ -52,12 +52,12 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
     const auto res = std::from_chars(value.data(), value.data() + value.size(), v);
     const bool number = res.ec == std::errc{} && res.ptr == value.data() + value.size();
     // Which tiles a knob belongs to. The AMX tile is 32 rows; `exact`, `overlap`, `dyn`,
-    // `isplit`, `lpack` and `xsteal` are AMX's; `stream` is the streaming kinds' and `bpf`,
+    // `isplit`, `lpack`, `xsteal` and `zpv` are AMX's; `stream` is the streaming kinds' and `bpf`,
     // `ksub`, `epf`, `bfuse`, `bnext`, `bcopy` and the row path's `srows`, `crows`, `llc`,
     // `wrows`, `wcols`, `runc`, `ksplit` the zmm and ymm tiles' (AMX's packing prefetches its own
     // way; its tiles sum in their own order, keep their own epilogue and take no row path); `fq`
     // is attention's few-query path, on zmm or ymm registers in all three lanes, `byhead` causal
-    // attention's order of items, `qs` and `qitems` attention's query blocks an item, `kstream`
+    // attention's order of items, `qs`, `qmin` and `qitems` attention's query blocks an item, `kstream`
     // its shared packs' stores and `trace` its phases' cycles in all three.
     enum class On { any, vector, amx };
     // hi_avx2: the ymm tile's bound where it differs (6 rows).
@@ -94,6 +94,7 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
         {"byhead", &simd::Tuning::byhead, 0, 3, On::any},
         {"claim", &simd::Tuning::claim, 0, 2, On::any},
         {"qrun", &simd::Tuning::qrun, 0, 1, On::any},
+        {"qmin", &simd::Tuning::qmin, 1, 16, On::any},
         {"qs", &simd::Tuning::qs, 0, 16, On::any},
         {"qitems", &simd::Tuning::qitems, 1, 64, On::any},
         {"l2", &simd::Tuning::l2, 0, 1 << 30, On::any},
@@ -105,6 +106,7 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
         {"trace", &simd::Tuning::trace, 0, 1, On::any},
         {"lpack", &simd::Tuning::lpack, 0, 1, On::amx},
         {"xsteal", &simd::Tuning::xsteal, 0, 1 << 16, On::amx},
+        {"zpv", &simd::Tuning::zpv, 0, 2, On::amx},
     };
     const Knob* knob = nullptr;
     std::string names;

@@ -369,23 +369,25 @@ bool local_packs(const AttentionRegion& r, const StorageLoad& ld, const Tuning& 
   return tuning.amx && tuning.lpack && !r.causal() && tuning.claim != 0 && ld.dtype == DType::f32;
 }
 
-// Emitted after vfin: zv, whether this item's P·V runs on zmm FMAs between the tile products
-// (Tuning::zpv). On the AMX lane a block step is the tiles' work (both products, six part
-// products each for f32) and the vector units' (the softmax, the probabilities' parts): at full
-// tile rate the tiles take about twice the vector units' time, and the lent hosts slow the
-// tiles to a third on many threads. If only the tiles slowed, P·V on zmm (half the tiles' work
-// moved onto the FMAs, no parts to split) would halve such a thread's steps; run bn measured
-// the slowed threads no faster with it (decisions.md, "P·V on zmm beside slowed tiles"). With
-// zpv = 2 each thread keeps its items' cycles per query-key (an average over recent items) for
-// either way, takes the cheaper one and, every 32nd item, the other, so a thread follows its
-// own tiles' rate as it changes. Outputs differ between the two by f32 rounding only. f32
-// storage only: the zmm P·V reads V as f32, which 16-bit storage widens only for heads whose V
-// is not all finite.
+// Whether Tuning::zpv is `zpv` for this region. zv, emitted after vfin (zpv_choice), says whether
+// an item's P·V runs on zmm FMAs between the tile products. On the AMX lane a block step is the tiles' work (both
+// products, six part products each for f32) and the vector units' (the softmax, the probabilities' parts): at full tile
+// rate the tiles take about twice the vector units' time, and the lent hosts slow the tiles to a third on many threads.
+// If only the tiles slowed, P·V on zmm (half the tiles' work moved onto the FMAs, no parts to split) would halve such a
+// thread's steps; run bn measured the slowed threads no faster with it (decisions.md, "P·V on zmm beside slowed
+// tiles"). With zpv = 2 each thread keeps its items' cycles per query-key (an average over recent items) for either
+// way, takes the cheaper one and, every 32nd item, the other, so a thread follows its own tiles' rate as it changes.
+// Outputs differ between the two by f32 rounding only. f32 storage only: the zmm P·V reads V as f32, which 16-bit
+// storage widens only for heads whose V is not all finite.
+bool zpv_applies(const Tuning& tuning, const StorageLoad& ld, int zpv) {
+  return tuning.zpv == zpv && ld.dtype == DType::f32;
+}
+
+// zv's statements.
 std::string zpv_choice(const Tuning& tuning, const StorageLoad& ld) {
   std::string s = "      int zv = !vfin; /* P·V on zmm */\n";
-  if (ld.dtype != DType::f32) return s;
-  if (tuning.zpv == 1) s += "      zv = 1;\n";
-  if (tuning.zpv != 2) return s;
+  if (zpv_applies(tuning, ld, 1)) s += "      zv = 1;\n";
+  if (!zpv_applies(tuning, ld, 2)) return s;
   s += "      static _Thread_local double zcost[2]; /* cycles per query-key, tiles and zmm */\n";
   s += "      static _Thread_local unsigned zitems;\n";
   s += "      if (!zv) {\n";
@@ -397,11 +399,11 @@ std::string zpv_choice(const Tuning& tuning, const StorageLoad& ld) {
 
 // With zpv = 2: the start of an item's block steps, and their cycles per query-key after them.
 std::string zpv_clock_start(const Tuning& tuning, const StorageLoad& ld) {
-  return tuning.zpv == 2 && ld.dtype == DType::f32 ? "      const uint64_t zt0 = __builtin_ia32_rdtsc();\n" : "";
+  return zpv_applies(tuning, ld, 2) ? "      const uint64_t zt0 = __builtin_ia32_rdtsc();\n" : "";
 }
 
 std::string zpv_clock_end(const Tuning& tuning, const StorageLoad& ld) {
-  if (tuning.zpv != 2 || ld.dtype != DType::f32) return "";
+  if (!zpv_applies(tuning, ld, 2)) return "";
   return "      if (qrows * n_all > 0) {\n"
          "        const double x = (double)(__builtin_ia32_rdtsc() - zt0) / (double)(qrows * n_all);\n"
          "        zcost[zv] = zcost[zv] == 0.0 ? x : 0.75 * zcost[zv] + 0.25 * x;\n"

@@ -369,16 +369,18 @@ bool local_packs(const AttentionRegion& r, const StorageLoad& ld, const Tuning& 
   return tuning.amx && tuning.lpack && !r.causal() && tuning.claim != 0 && ld.dtype == DType::f32;
 }
 
-// Whether Tuning::zpv is `zpv` for this region. zv, emitted after vfin (zpv_choice), says whether
-// an item's P·V runs on zmm FMAs between the tile products. On the AMX lane a block step is the tiles' work (both
-// products, six part products each for f32) and the vector units' (the softmax, the probabilities' parts): at full tile
-// rate the tiles take about twice the vector units' time, and the lent hosts slow the tiles to a third on many threads.
-// If only the tiles slowed, P·V on zmm (half the tiles' work moved onto the FMAs, no parts to split) would halve such a
-// thread's steps; run bn measured the slowed threads no faster with it (decisions.md, "P·V on zmm beside slowed
-// tiles"). With zpv = 2 each thread keeps its items' cycles per query-key (an average over recent items) for either
-// way, takes the cheaper one and, every 32nd item, the other, so a thread follows its own tiles' rate as it changes.
-// Outputs differ between the two by f32 rounding only. f32 storage only: the zmm P·V reads V as f32, which 16-bit
-// storage widens only for heads whose V is not all finite.
+// Whether Tuning::zpv is `zpv` for this region. zv, emitted after vfin (zpv_choice), says
+// whether an item's P·V runs on zmm FMAs between the tile products. On the AMX lane a block
+// step is the tiles' work (both products, six part products each for f32) and the vector
+// units' (the softmax, the probabilities' parts): at full tile rate the tiles take about twice
+// the vector units' time, and the lent hosts slow the tiles to a third on many threads. If
+// only the tiles slowed, P·V on zmm (half the tiles' work moved onto the FMAs, no parts to
+// split) would halve such a thread's steps; run bn measured the slow threads no faster with it
+// (decisions.md, "P·V on zmm beside slowed tiles"). With zpv = 2 each thread keeps its items'
+// cycles per query-key (an average over recent items) for either way, takes the cheaper one
+// and, every 32nd item, the other, so a thread follows its own tiles' rate as it changes.
+// Outputs differ between the two by f32 rounding only. f32 storage only: the zmm P·V reads V
+// as f32, which 16-bit storage widens only for heads whose V is not all finite.
 bool zpv_applies(const Tuning& tuning, const StorageLoad& ld, int zpv) {
   return tuning.zpv == zpv && ld.dtype == DType::f32;
 }

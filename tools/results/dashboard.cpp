@@ -81,7 +81,6 @@ void name_parts(const std::string& file, Row& row) {
 // {"cases": [...], "machine": {...}} objects.
 struct Runs {
   std::vector<const nlohmann::json*> runs;
-  const nlohmann::json* machine = nullptr;          // the first run's
   std::vector<const nlohmann::json*> machines = {}; // every run's that records one
 };
 Runs runs_under(const nlohmann::json& v) {
@@ -97,7 +96,6 @@ Runs runs_under(const nlohmann::json& v) {
     } else if (run.is_object() && run.contains("cases") && run["cases"].is_array()) {
       out.runs.push_back(&run["cases"]);
       if (run.contains("machine")) out.machines.push_back(&run["machine"]);
-      if (!out.machine && run.contains("machine")) out.machine = &run["machine"];
     }
   }
   return out;
@@ -202,7 +200,9 @@ Expected<std::vector<Row>> rows_of(const std::string& file, const nlohmann::json
     row.file = file;
     row.block = key;
     name_parts(file, row);
-    const nlohmann::json* machine = runs.machine ? runs.machine : (doc.contains("machine") ? &doc["machine"] : nullptr);
+    // (the first run's machine, else the file's)
+    const nlohmann::json* machine =
+        !runs.machines.empty() ? runs.machines.front() : (doc.contains("machine") ? &doc["machine"] : nullptr);
     if (machine && !machine->is_object()) return bad(file, "\"machine\" is not an object");
     row.machine = machine ? machine_label(*machine) : "unknown machine";
     row.tiles = tiles_at_full_rate(runs.machines.empty() && machine ? std::vector{machine} : runs.machines);

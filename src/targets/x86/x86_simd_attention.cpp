@@ -240,6 +240,11 @@ std::string query_block_ranges(const Tuning& tuning, const std::string& per_head
   return s;
 }
 
+// The KV head that (batch x head) index `bh` reads, as a C expression (grouped-query heads).
+std::string kv_head_of(const std::string& bh) {
+  return "(" + bh + " / heads) * kv_heads + (" + bh + " % heads) / group";
+}
+
 // Emitted: sets u (first block) and qn (blocks, 0 when none is left) of the thread's next run
 // (query_block_ranges says how; nr = 0: from the counter).
 // one_at_a_time: causal pairs, claimed one at a time; else runs of two to qs blocks.
@@ -297,7 +302,7 @@ std::string claim_query_blocks(const Tuning& tuning, bool one_at_a_time = false,
     // nr: serial calls): then only a thief computes them.)
     s += "            if (lpack && left > 0) {\n";
     s += "              const int64_t vb = ((int64_t)(w >> 32) - 1) / nqm;\n";
-    s += "              const int64_t vkv = (vb / heads) * kv_heads + (vb % heads) / group;\n";
+    s += "              const int64_t vkv = " + kv_head_of("vb") + ";\n";
     s += "              left = vkv == lhead || t >= team ? left + nall : left >= " + std::to_string(tuning.xsteal) +
          " ? left : 0;\n";
     s += "            }\n";
@@ -696,7 +701,7 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
     s += "      if (!(" + scratch_ok + ")) continue;\n";
     s += "      const int64_t bh = u / nqm, q0 = (u % nqm) * FUSOR_MR;\n";
   }
-  s += "      const int64_t b = bh / heads, h = bh % heads, kvh = b * kv_heads + h / group;\n";
+  s += "      const int64_t kvh = " + kv_head_of("bh") + ";\n";
   s += "      const int64_t qrows = M - q0 < qn * FUSOR_MR ? M - q0 : qn * FUSOR_MR, nsub = fusor_cdiv(qrows, "
        "FUSOR_MR);\n";
   s += "      const " + T + "* restrict qh = Q + bh * M * D;\n";

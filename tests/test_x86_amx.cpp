@@ -32,7 +32,7 @@ const Candidate* amx_lane(RegionKind kind) { return testing::x86_candidate(kind,
 
 #define REQUIRE_AMX()                                                                                                  \
   if (auto why = x86::amx_declines(region_of("matmul { storage = f32 }"))) {                                           \
-    GTEST_SKIP() << "the x86_amx lane declines here: " << *why;                                                        \
+    GTEST_SKIP() << "the x86_amx lane declines here: " << *why << " (FUSOR_AMX_EMULATE=1 emulates the tiles)";         \
   }
 
 // Every thread however small the shape (serial = 0), unless the test's knobs say otherwise.

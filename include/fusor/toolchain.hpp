@@ -57,6 +57,10 @@ std::int64_t host_l2_bytes();
 // amx_bf16, or the kernel refuses the tile state (arch_prctl ARCH_REQ_XCOMP_PERM, which
 // this asks for, once, as the x86_amx lane's kernels do).
 std::optional<std::string> host_lacks_amx_bf16();
+// Whether the x86_amx lane runs with its tiles emulated in memory (FUSOR_AMX_EMULATE=1 in the
+// environment, read once, on a CPU with AVX-512 BF16, which the lane's packing uses): a test
+// mode for CPUs without AMX, thousands of times slower than the tiles, never for timing.
+bool amx_emulated();
 
 // ---- host compiler --------------------------------------------------------------------
 

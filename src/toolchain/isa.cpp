@@ -1,10 +1,12 @@
 // What the host CPU offers, as the compiler's -march=native will see it. Part of the
 // compiler identity, hence of every cache key.
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <set>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -143,6 +145,14 @@ bool host_has_avx2_fma() {
 #else
   return false;
 #endif
+}
+
+bool amx_emulated() {
+  static const bool on = [] {
+    const char* v = std::getenv("FUSOR_AMX_EMULATE");
+    return v && std::string_view(v) == "1" && cpu_flag("avx512_bf16") && cpu_flag("avx512bw");
+  }();
+  return on;
 }
 
 std::optional<std::string> host_lacks_amx_bf16() {

@@ -144,12 +144,91 @@ int amx_parts(DType storage, bool has_prologue) {
   return storage == DType::bf16 ? 1 : storage == DType::f16 ? 2 : 3;
 }
 
+namespace {
+
+// Compiled with FUSOR_AMX_EMULATE (toolchain amx_emulated: tests on CPUs without AMX), the
+// tile intrinsics the lane uses act on eight tiles in thread-local memory. TDPBF16PS as Intel
+// defines it: bf16 inputs denormal as zero, products exact in f32, denormal results flushed;
+// each output's 32 products of one instruction are summed in double and added to it with one
+// rounding (the hardware's order within an instruction is not specified; this is at least as
+// accurate, so the lane's accuracy tests still bind). The rest of the kernel (packing,
+// softmax, scheduling, threads) is the code the tiles would run.
+std::string amx_emulation_source() {
+  return R"(#ifdef FUSOR_AMX_EMULATE
+typedef struct { int rows, colsb; unsigned char d[16 * 64]; } fusor_emu_tile;
+static _Thread_local fusor_emu_tile fusor_emu_t[8];
+static void fusor_emu_config(const void* cfg) {
+  const unsigned char* c = (const unsigned char*)cfg; /* colsb: 16-bit words at 16; rows: bytes at 48 */
+  for (int t = 0; t < 8; ++t) fusor_emu_t[t].colsb = c[16 + 2 * t] | c[17 + 2 * t] << 8, fusor_emu_t[t].rows = c[48 + t];
+}
+static void fusor_emu_loadd(int t, const void* base, long stride) {
+  fusor_emu_tile* x = fusor_emu_t + t;
+  memset(x->d, 0, sizeof x->d);
+  for (int r = 0; r < x->rows; ++r) memcpy(x->d + r * 64, (const char*)base + r * stride, (size_t)x->colsb);
+}
+static void fusor_emu_stored(int t, void* base, long stride) {
+  const fusor_emu_tile* x = fusor_emu_t + t;
+  for (int r = 0; r < x->rows; ++r) memcpy((char*)base + r * stride, x->d + r * 64, (size_t)x->colsb);
+}
+static inline __m512 fusor_emu_daz(__m512i bits) { /* bf16s in the top halves, f32 denormals as zero */
+  return _mm512_maskz_mov_ps(_mm512_test_epi32_mask(bits, _mm512_set1_epi32(0x7F800000)), _mm512_castsi512_ps(bits));
+}
+static void fusor_emu_dpbf16ps(int c, int a, int b) {
+  fusor_emu_tile *tc = fusor_emu_t + c, *ta = fusor_emu_t + a, *tb = fusor_emu_t + b;
+  const __m512i top = _mm512_set1_epi32((int)0xFFFF0000u);
+  for (int m = 0; m < tc->rows; ++m) {
+    __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
+    for (int k = 0; k < ta->colsb / 4; ++k) {
+      uint32_t ap;
+      memcpy(&ap, ta->d + m * 64 + k * 4, 4);
+      const __m512i bw = _mm512_loadu_si512(tb->d + k * 64);
+      const __m512 pe = _mm512_mul_ps(fusor_emu_daz(_mm512_set1_epi32((int)(ap << 16))),
+                                      fusor_emu_daz(_mm512_slli_epi32(bw, 16)));
+      const __m512 po = _mm512_mul_ps(fusor_emu_daz(_mm512_set1_epi32((int)(ap & 0xFFFF0000u))),
+                                      fusor_emu_daz(_mm512_and_si512(bw, top)));
+      s0 = _mm512_add_pd(s0, _mm512_add_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(pe)),
+                                           _mm512_cvtps_pd(_mm512_castps512_ps256(po))));
+      s1 = _mm512_add_pd(s1, _mm512_add_pd(_mm512_cvtps_pd(_mm512_extractf32x8_ps(pe, 1)),
+                                           _mm512_cvtps_pd(_mm512_extractf32x8_ps(po, 1))));
+    }
+    const __m512 acc = _mm512_loadu_ps(tc->d + m * 64);
+    const __m256 r0 = _mm512_cvtpd_ps(_mm512_add_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(acc)), s0));
+    const __m256 r1 = _mm512_cvtpd_ps(_mm512_add_pd(_mm512_cvtps_pd(_mm512_extractf32x8_ps(acc, 1)), s1));
+    const __m512 r = _mm512_insertf32x8(_mm512_castps256_ps512(r0), r1, 1);
+    const __m512i rb = _mm512_castps_si512(r);
+    const __m512i flushed = _mm512_mask_and_epi32(rb, _mm512_testn_epi32_mask(rb, _mm512_set1_epi32(0x7F800000)), rb,
+                                                  _mm512_set1_epi32((int)0x80000000u));
+    _mm512_mask_storeu_epi32(tc->d + m * 64, (__mmask16)((1u << (tc->colsb / 4)) - 1u), flushed);
+  }
+}
+#undef _tile_loadconfig
+#undef _tile_loadd
+#undef _tile_stored
+#undef _tile_zero
+#undef _tile_dpbf16ps
+#undef _tile_release
+#define _tile_loadconfig(cfg) fusor_emu_config(cfg)
+#define _tile_loadd(t, base, stride) fusor_emu_loadd(t, base, stride)
+#define _tile_stored(t, base, stride) fusor_emu_stored(t, base, stride)
+#define _tile_zero(t) memset(fusor_emu_t[t].d, 0, sizeof fusor_emu_t[t].d)
+#define _tile_dpbf16ps(c, a, b) fusor_emu_dpbf16ps(c, a, b)
+#define _tile_release() ((void)0)
+#endif
+)";
+}
+
+} // namespace
+
 std::string amx_source(int nsa, int nsb) {
   std::string s = "#define FUSOR_MR 32\n#define FUSOR_NSA " + std::to_string(nsa) + "\n#define FUSOR_NSB " +
                   std::to_string(nsb) + "\n";
+  s += amx_emulation_source();
   // Tile data is off until the process asks (Linux 5.16+): arch_prctl(ARCH_REQ_XCOMP_PERM,
   // XFEATURE_XTILEDATA), once per process.
   s += R"(static int fusor_amx_permit(void) {
+#ifdef FUSOR_AMX_EMULATE
+  return 1;
+#endif
   static int state; /* 0 unknown, 1 granted, -1 denied; asking twice is harmless */
   int st = __atomic_load_n(&state, __ATOMIC_RELAXED);
   if (st == 0) {

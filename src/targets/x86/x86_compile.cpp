@@ -1,6 +1,7 @@
 #include <mutex>
 
 #include "fusor/toolchain.hpp"
+#include "targets/x86/x86_simd_emitter.hpp"
 #include "targets/x86/x86_target.hpp"
 
 namespace fusor::x86 {
@@ -26,8 +27,11 @@ Expected<Artifact> compile(const KernelSource& source) {
   Toolchain& tc = toolchain();
   if (!tc.cc) return tc.cc.error();
   if (!tc.cache) return tc.cache.error();
-  FUSOR_TRY_ASSIGN(CacheEntry entry, compile_shared_object(source, *tc.cc, *tc.cache));
-  return Artifact{entry.artifact, entry.key, entry.sha256, entry.hit, source};
+  // (The tiles emulated: a flag, so the cache keeps such kernels apart from the real ones.)
+  KernelSource built = source;
+  if (built.lane == kAmxLane && amx_emulated()) built.compile_flags.push_back("-DFUSOR_AMX_EMULATE");
+  FUSOR_TRY_ASSIGN(CacheEntry entry, compile_shared_object(built, *tc.cc, *tc.cache));
+  return Artifact{entry.artifact, entry.key, entry.sha256, entry.hit, built};
 }
 
 } // namespace fusor::x86

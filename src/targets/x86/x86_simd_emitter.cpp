@@ -205,6 +205,7 @@ std::optional<std::string> amx_declines(const Region& region) {
   if (kind != RegionKind::fused && kind != RegionKind::matmul && kind != RegionKind::gated &&
       kind != RegionKind::attention)
     return "the x86_amx lane computes GEMM-rooted kinds and attention only";
+  if (amx_emulated()) return std::nullopt;
   return host_lacks_amx_bf16();
 }
 

@@ -154,7 +154,7 @@ namespace {
 // accurate, so the lane's accuracy tests still bind). The rest of the kernel (packing,
 // softmax, scheduling, threads) is the code the tiles would run.
 std::string amx_emulation_source() {
-  return R"(#ifdef FUSOR_AMX_EMULATE
+  return R"(#ifdef FUSOR_AMX_EMULATE /* tiles in memory: fusor's tests on CPUs without AMX (FUSOR_AMX_EMULATE=1) */
 typedef struct { int rows, colsb; unsigned char d[16 * 64]; } fusor_emu_tile;
 static _Thread_local fusor_emu_tile fusor_emu_t[8];
 static void fusor_emu_config(const void* cfg) {

@@ -723,35 +723,33 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   if (amx) {
     // The packed K and V of this item's head (kvp: its index among them).
     s += std::string("      const int64_t kvp = ") + (shared ? "kvh" : "lpack ? 0 : kvh") + ";\n";
-    if (shared) {
-      // The head's pack units as this thread claims them; then the others' (threads on the
-      // same head) before the items read any. A unit, once claimed, is packed without waiting
-      // on anything, so the wait ends.
+    if (local) {
       s += "      if (lpack && kvh != lhead) {\n";
-      s += "        int64_t* const hc = hpc + 2 * kvh;\n";
-      s += "        const int64_t units = nkb * (1 + ndp);\n";
-      s += "        for (int64_t un; (un = __atomic_fetch_add(hc, 1, __ATOMIC_RELAXED)) < units;) {\n";
-      s += "          if (un < nkb) {\n";
-      s += "            const int64_t hb = kvh * nkb + un, n0 = un * 32, w = Nk - n0 < 32 ? Nk - n0 : 32;\n";
-      s += amx_attention_pack_k(r, ld, false);
-      s += "          } else {\n";
-      s += "            const int64_t hp = kvh * ndp + (un - nkb) % ndp, kb = (un - nkb) / ndp;\n";
-      s += amx_attention_pack_v_panel(ld, false, "kvh", "kb");
-      s += "          }\n";
-      s += "          __atomic_add_fetch(hc + 1, 1, __ATOMIC_RELEASE);\n";
-      s += "        }\n";
-      s += "        while (__atomic_load_n(hc + 1, __ATOMIC_ACQUIRE) < units) _mm_pause();\n";
-      s += "        lhead = kvh;\n";
-      if (tuning.trace) s += "        trw[" + std::to_string(kLocalPacks) + "] += 1;\n";
-      s += "      }\n";
-    } else if (local) {
-      s += "      if (lpack && kvh != lhead) {\n";
-      s += "        for (int64_t hb = 0; hb < nkb; ++hb) {\n";
-      s += "          const int64_t n0 = hb * 32, w = Nk - n0 < 32 ? Nk - n0 : 32;\n";
-      s += amx_attention_pack_k(r, ld, false);
-      s += "        }\n";
-      s += "        for (int64_t hp = 0; hp < ndp; ++hp) {\n" + amx_attention_pack_v_panel(ld, false, "kvh") +
-           "        }\n";
+      if (shared) {
+        // The head's pack units as this thread claims them; then the others' (threads on the
+        // same head) before the items read any. A unit, once claimed, is packed without
+        // waiting on anything, so the wait ends.
+        s += "        int64_t* const hc = hpc + 2 * kvh;\n";
+        s += "        const int64_t units = nkb * (1 + ndp);\n";
+        s += "        for (int64_t un; (un = __atomic_fetch_add(hc, 1, __ATOMIC_RELAXED)) < units;) {\n";
+        s += "          if (un < nkb) {\n";
+        s += "            const int64_t hb = kvh * nkb + un, n0 = un * 32, w = Nk - n0 < 32 ? Nk - n0 : 32;\n";
+        s += amx_attention_pack_k(r, ld, false);
+        s += "          } else {\n";
+        s += "            const int64_t hp = kvh * ndp + (un - nkb) % ndp, kb = (un - nkb) / ndp;\n";
+        s += amx_attention_pack_v_panel(ld, false, "kvh", "kb");
+        s += "          }\n";
+        s += "          __atomic_add_fetch(hc + 1, 1, __ATOMIC_RELEASE);\n";
+        s += "        }\n";
+        s += "        while (__atomic_load_n(hc + 1, __ATOMIC_ACQUIRE) < units) _mm_pause();\n";
+      } else {
+        s += "        for (int64_t hb = 0; hb < nkb; ++hb) {\n";
+        s += "          const int64_t n0 = hb * 32, w = Nk - n0 < 32 ? Nk - n0 : 32;\n";
+        s += amx_attention_pack_k(r, ld, false);
+        s += "        }\n";
+        s += "        for (int64_t hp = 0; hp < ndp; ++hp) {\n" + amx_attention_pack_v_panel(ld, false, "kvh") +
+             "        }\n";
+      }
       s += "        lhead = kvh;\n";
       if (tuning.trace) s += "        trw[" + std::to_string(kLocalPacks) + "] += 1;\n";
       s += "      }\n";

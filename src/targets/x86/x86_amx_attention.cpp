@@ -323,19 +323,16 @@ std::string amx_attention_steps(const AttentionRegion& r, const StorageLoad& ld,
   return s;
 }
 
-std::string amx_attention_pack_v_panel(const StorageLoad& ld, bool stream, const std::string& head,
-                                       const std::string& key_block) {
+std::string amx_attention_pack_v_panel(const StorageLoad& ld, bool stream, const std::string& head) {
   // Keys ka and ka + 16 of each 32-key panel (the probabilities' pairing, pair_halves), 16
   // columns at a time, interleave into one 32-bit lane per column (the pair TDPBF16PS
   // multiplies); keys past Nk and columns past Dv are zero.
-  const bool all_keys = key_block.empty();
   std::string s;
   s += "      const int64_t c0 = (hp % ndp) * 32, w = Dv - c0 < 32 ? Dv - c0 : 32;\n";
   s += "      const " + ld.type + "* restrict vh = V + (" + head + ") * Nk * Dv;\n";
   s += "      uint16_t* restrict dst = vp + hp * FUSOR_NSV * Nkp * 32;\n";
   s += "      __mmask16 bad = 0;\n";
-  s += all_keys ? "      for (int64_t k = 0; k < Nkp; k += 2)\n"
-                : "      for (int64_t k = (" + key_block + ") * 32; k < (" + key_block + ") * 32 + 32; k += 2)\n";
+  s += "      for (int64_t k = 0; k < Nkp; k += 2)\n";
   s += "        for (int h = 0; h < 2; ++h) {\n";
   s += "          const int64_t left = w - h * 16;\n";
   s += "          const __mmask16 cm = fusor_mask16(left);\n";
@@ -345,8 +342,7 @@ std::string amx_attention_pack_v_panel(const StorageLoad& ld, bool stream, const
   s += "          bad |= fusor_store_pairs(x0, x1, dst + k * 32 + h * 32, Nkp * 32, FUSOR_NSV, " +
        std::string(stream ? "1" : "0") + ");\n";
   s += "        }\n";
-  // (One key block of a panel others also pack: its flag is only ever raised, on a zeroed flag.)
-  s += all_keys ? "      vfl[hp] = bad != 0;\n" : "      if (bad) __atomic_store_n(vfl + hp, 1, __ATOMIC_RELAXED);\n";
+  s += "      vfl[hp] = bad != 0;\n";
   return s;
 }
 

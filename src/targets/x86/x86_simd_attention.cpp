@@ -430,7 +430,7 @@ enum TraceSlot {
   kQueryPacking,
   kBlockSteps,
   kOutputRows,
-  kLocalPacks, // (heads the thread packed itself, lpack; lpack = 2: heads it took part in packing)
+  kLocalPacks, // (heads the thread packed itself: lpack)
   kZmmItems,   // (items whose P·V ran on zmm: zpv)
   kTraceSlots
 };
@@ -564,24 +564,13 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   if (pairs) s += "  const int64_t nqb = fusor_cdiv(M, qs * FUSOR_MR);\n" + query_block_ranges(tuning, "(nqb + 1) / 2");
   if (!causal) s += query_block_ranges(tuning);
   const bool local = local_packs(r, ld, tuning);
-  // lpack = 2: every head's packs, shared, packed at item time (Tuning::lpack says why).
-  const bool shared = local && tuning.lpack == 2;
   if (amx) {
     s += std::string("  const int lpack = ") + (local ? "nr > 0" : "0") + ";\n";
     s += "  uint16_t* kpa = NULL; unsigned char* kfa = NULL; uint16_t* vpa = NULL; unsigned char* vfla = NULL;\n";
-    s += shared ? "  {\n" : "  if (!lpack) {\n";
+    s += "  if (!lpack) {\n";
     s += "    kpa = (uint16_t*)fusor_scratch(0, kpn * nkv), kfa = (unsigned char*)fusor_scratch(1, kfn * nkv);\n";
     s += "    vpa = (uint16_t*)fusor_scratch(2, vpn * nkv), vfla = (unsigned char*)fusor_scratch(3, vfn * nkv);\n";
     s += "    if (!kpa || !kfa || !vpa || !vfla) return 2;\n  }\n";
-    if (shared) {
-      // Per KV head: its pack units claimed and packed (K's key blocks, then V's panels' key
-      // blocks), and V's flags, which those units only raise. (Slot 4 holds 16-bit V widened,
-      // which f32 storage, the only one with local packs, never needs.)
-      s += "  int64_t* hpc = (int64_t*)fusor_scratch(4, 2 * sizeof(int64_t) * (size_t)nkv);\n";
-      s += "  if (!hpc) return 2;\n";
-      s += "  memset(hpc, 0, 2 * sizeof(int64_t) * (size_t)nkv);\n";
-      s += "  memset(vfla, 0, vfn * (size_t)nkv);\n";
-    }
   }
   s += trace_begin(tuning);
   s += "  " + omp_parallel("nbh * M * Nk * (D + Dv)") + "\n  {\n";
@@ -592,12 +581,10 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
     s += "    uint16_t* restrict kp = kpa; unsigned char* restrict kf = kfa;\n";
     s += "    uint16_t* restrict vp = vpa; unsigned char* restrict vfl = vfla;\n";
     s += "    int64_t lhead = -1;\n";
-    if (!shared) {
-      s += "    if (lpack) {\n";
-      s += "      kp = (uint16_t*)fusor_scratch(0, kpn), kf = (unsigned char*)fusor_scratch(1, kfn);\n";
-      s += "      vp = (uint16_t*)fusor_scratch(2, vpn), vfl = (unsigned char*)fusor_scratch(3, vfn);\n";
-      s += "    }\n";
-    }
+    s += "    if (lpack) {\n";
+    s += "      kp = (uint16_t*)fusor_scratch(0, kpn), kf = (unsigned char*)fusor_scratch(1, kfn);\n";
+    s += "      vp = (uint16_t*)fusor_scratch(2, vpn), vfl = (unsigned char*)fusor_scratch(3, vfn);\n";
+    s += "    }\n";
   }
   s += trace_thread(tuning);
   // K of every KV head, packed once: [head][key panel][D][32], keys past Nk zero.
@@ -722,34 +709,15 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   s += trace_item_begin(tuning);
   if (amx) {
     // The packed K and V of this item's head (kvp: its index among them).
-    s += std::string("      const int64_t kvp = ") + (shared ? "kvh" : "lpack ? 0 : kvh") + ";\n";
+    s += "      const int64_t kvp = lpack ? 0 : kvh;\n";
     if (local) {
       s += "      if (lpack && kvh != lhead) {\n";
-      if (shared) {
-        // The head's pack units as this thread claims them; then the others' (threads on the
-        // same head) before the items read any. A unit, once claimed, is packed without
-        // waiting on anything, so the wait ends.
-        s += "        int64_t* const hc = hpc + 2 * kvh;\n";
-        s += "        const int64_t units = nkb * (1 + ndp);\n";
-        s += "        for (int64_t un; (un = __atomic_fetch_add(hc, 1, __ATOMIC_RELAXED)) < units;) {\n";
-        s += "          if (un < nkb) {\n";
-        s += "            const int64_t hb = kvh * nkb + un, n0 = un * 32, w = Nk - n0 < 32 ? Nk - n0 : 32;\n";
-        s += amx_attention_pack_k(r, ld, false);
-        s += "          } else {\n";
-        s += "            const int64_t hp = kvh * ndp + (un - nkb) % ndp, kb = (un - nkb) / ndp;\n";
-        s += amx_attention_pack_v_panel(ld, false, "kvh", "kb");
-        s += "          }\n";
-        s += "          __atomic_add_fetch(hc + 1, 1, __ATOMIC_RELEASE);\n";
-        s += "        }\n";
-        s += "        while (__atomic_load_n(hc + 1, __ATOMIC_ACQUIRE) < units) _mm_pause();\n";
-      } else {
-        s += "        for (int64_t hb = 0; hb < nkb; ++hb) {\n";
-        s += "          const int64_t n0 = hb * 32, w = Nk - n0 < 32 ? Nk - n0 : 32;\n";
-        s += amx_attention_pack_k(r, ld, false);
-        s += "        }\n";
-        s += "        for (int64_t hp = 0; hp < ndp; ++hp) {\n" + amx_attention_pack_v_panel(ld, false, "kvh") +
-             "        }\n";
-      }
+      s += "        for (int64_t hb = 0; hb < nkb; ++hb) {\n";
+      s += "          const int64_t n0 = hb * 32, w = Nk - n0 < 32 ? Nk - n0 : 32;\n";
+      s += amx_attention_pack_k(r, ld, false);
+      s += "        }\n";
+      s += "        for (int64_t hp = 0; hp < ndp; ++hp) {\n" + amx_attention_pack_v_panel(ld, false, "kvh") +
+           "        }\n";
       s += "        lhead = kvh;\n";
       if (tuning.trace) s += "        trw[" + std::to_string(kLocalPacks) + "] += 1;\n";
       s += "      }\n";

@@ -149,10 +149,7 @@ struct Tuning {
   // Non-causal attention on the AMX tiles, f32, where the threads work from ranges (claim):
   // each thread packs K and V of its item's head into its own scratch when its head changes
   // (1), instead of every head packed by all threads before the items (0) (decisions.md,
-  // "Non-causal K and V packed by the thread that reads them"); 2: into packs of every head,
-  // shared, each thread packing blocks of its item's head as they are claimed from that head's
-  // counter, then waiting for the rest (threads on one head share its packing, and a thief
-  // finds its head packed). For A/B runs.
+  // "Non-causal K and V packed by the thread that reads them").
   int lpack = 1;
   // With lpack, for A/B runs: a thread out of its own range steals from ranges of its own KV
   // head first, and from another head's (which it must then pack) only while that range has
@@ -388,10 +385,8 @@ std::string amx_attention_queue_source(int nq, int nk, int nv, bool exact);
 std::string amx_attention_pack_k(const AttentionRegion& r, const StorageLoad& ld, bool stream);
 std::string amx_attention_pack_q(const AttentionRegion& r, const StorageLoad& ld);
 std::string amx_attention_pack_v(const StorageLoad& ld, bool stream);
-// The body of amx_attention_pack_v's loop: V panel hp (of ndp a head) of KV head `head`; with
-// `key_block` (a C expression) only that block of 32 keys, its flag raised, never cleared.
-std::string amx_attention_pack_v_panel(const StorageLoad& ld, bool stream, const std::string& head,
-                                       const std::string& key_block = "");
+// The body of amx_attention_pack_v's loop: V panel hp (of ndp a head) of KV head `head`.
+std::string amx_attention_pack_v_panel(const StorageLoad& ld, bool stream, const std::string& head);
 std::string amx_attention_step_source();
 std::string amx_attention_split_row(const std::string& hook);
 std::string amx_attention_split_chunk();

@@ -104,7 +104,7 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
         {"wrows", &simd::Tuning::wrows, 0, 64, On::vector},
         {"wcols", &simd::Tuning::wcols, 32, 1 << 20, On::vector},
         {"trace", &simd::Tuning::trace, 0, 1, On::any},
-        {"lpack", &simd::Tuning::lpack, 0, 2, On::amx},
+        {"lpack", &simd::Tuning::lpack, 0, 1, On::amx},
         {"xsteal", &simd::Tuning::xsteal, 0, 1 << 16, On::amx},
         {"zpv", &simd::Tuning::zpv, 0, 2, On::amx},
     };

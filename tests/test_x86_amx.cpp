@@ -384,6 +384,24 @@ TEST(X86Amx, AttentionSharedPacksStreamedOrNot) {
   }
 }
 
+// Non-causal attention with a NaN in head 2's V (of 4, 200 keys): that head's P·V runs on zmm
+// and every other head's on the tiles; the output matches the reference and the NaN reaches
+// head 2's rows.
+void expect_nan_v_head_on_zmm(const std::map<std::string, std::string>& knobs, std::uint64_t seed) {
+  const Region plain = region_of("attention { scale = 0.125 }");
+  auto operands = make_operands(plain, attention_dims(1, 4, 4, 96, 200, 64), seed, 1.0);
+  operands[2].data[(2 * 200 + 17) * 64 + 5] = NAN;
+  auto ref = evaluate_reference(plain, operands);
+  ASSERT_TRUE(ref.ok()) << ref.error().str();
+  auto out = execute_on_target(testing::x86(), plain, operands,
+                               testing::lane_options_on("x86_amx", RegionKind::attention, knobs));
+  ASSERT_TRUE(out.ok()) << out.error().str();
+  std::string label;
+  for (const auto& [k, v] : knobs) label += k + "=" + v + " ";
+  EXPECT_TRUE(testing::all_close(out->output, *ref, 2e-6, 0.0)) << label;
+  EXPECT_TRUE(std::isnan(out->output.data[(2 * 96 + 3) * 64 + 5])) << label;
+}
+
 // Non-causal f32 attention whose threads work from ranges packs K and V where they are used:
 // each thread packs its item's head into its own scratch when the head changes (lpack = 1,
 // the default), instead of every head packed by all threads first (0). Both match the
@@ -407,15 +425,7 @@ TEST(X86Amx, AttentionThreadLocalPacks) {
       for (const ProblemShape& dims :
            {attention_dims(2, 4, 2, 150, 150, 64), attention_dims(1, 3, 1, 100, 333, 40, 72)})
         testing::expect_matches_reference_on("x86_amx", plain, dims, 71, 0.5, knobs);
-      auto operands = make_operands(plain, attention_dims(1, 4, 4, 96, 200, 64), 72, 1.0);
-      operands[2].data[(2 * 200 + 17) * 64 + 5] = NAN; // head 2's V
-      auto ref = evaluate_reference(plain, operands);
-      ASSERT_TRUE(ref.ok()) << ref.error().str();
-      auto out = execute_on_target(testing::x86(), plain, operands,
-                                   testing::lane_options_on("x86_amx", RegionKind::attention, knobs));
-      ASSERT_TRUE(out.ok()) << out.error().str();
-      EXPECT_TRUE(testing::all_close(out->output, *ref, 2e-6, 0.0)) << "lpack=" << lpack << " serial=" << serial;
-      EXPECT_TRUE(std::isnan(out->output.data[(2 * 96 + 3) * 64 + 5])) << "lpack=" << lpack << " serial=" << serial;
+      expect_nan_v_head_on_zmm(knobs, 72);
     }
 }
 
@@ -469,6 +479,25 @@ TEST(X86Amx, AttentionZmmPV) {
                                              {{"zpv", "1"}, {"serial", serial}});
       for (int call = 0; call < 3; ++call) // (zpv = 2 picks from the calls before)
         testing::expect_matches_reference_on("x86_amx", region_of(text), dims, 74 + call, 0.5, {{"zpv", "2"}});
+    }
+}
+
+// qgrow: items that start as one query block and grow by their own range's next one compute
+// every block once (thieves take the rest from the back; NaN in V keeps the zmm P·V).
+TEST(X86Amx, AttentionGrowingItems) {
+  const Region plain = region_of("attention { scale = 0.125 }");
+  const std::string grown = testing::emitted_source("x86_amx", plain, {{"qgrow", "1"}});
+  EXPECT_NE(grown.find("if (Nk <= NB) qn = 1;"), std::string::npos);
+  EXPECT_NE(grown.find("++nsub, nsteps = nsub;"), std::string::npos);
+  EXPECT_EQ(testing::emitted_source("x86_amx", plain, {}).find("++nsub, nsteps = nsub;"), std::string::npos);
+  REQUIRE_AMX();
+  for (const char* qs : {"0", "2"})
+    for (const char* serial : {"0", "1073741824"}) {
+      const std::map<std::string, std::string> knobs = {{"qgrow", "1"}, {"qs", qs}, {"serial", serial}};
+      for (const ProblemShape& dims : {attention_dims(2, 4, 2, 150, 150, 64), attention_dims(1, 3, 1, 100, 333, 40, 72),
+                                       attention_dims(1, 8, 8, 600, 200, 64)})
+        testing::expect_matches_reference_on("x86_amx", plain, dims, 78, 0.5, knobs);
+      expect_nan_v_head_on_zmm(knobs, 79);
     }
 }
 

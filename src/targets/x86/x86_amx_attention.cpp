@@ -272,7 +272,8 @@ std::string pv_job(const std::string& st, const std::string& parts) {
 } // namespace
 
 std::string amx_attention_steps(const AttentionRegion& r, const StorageLoad& ld, bool overlap,
-                                const std::string& step_rows, const std::string& rows_loop, const std::string& zmm_pv) {
+                                const std::string& step_rows, const std::string& rows_loop, const std::string& zmm_pv,
+                                const std::string& grow) {
   // Block steps in order (key block outer: a K/V block reaches L2 once per QS query blocks),
   // software-pipelined over the two units: while the vector units run step t's softmax and
   // split its probabilities, the tile unit computes the scores of step t + 1 and P·V of step
@@ -282,14 +283,14 @@ std::string amx_attention_steps(const AttentionRegion& r, const StorageLoad& ld,
   std::string s;
   s += "      float* const spb[2] = {sp, sp + spn};\n";
   s += "      uint16_t* const ppb[2] = {(uint16_t*)(sp + MRP * NB), (uint16_t*)(sp + spn + MRP * NB)};\n";
-  s += "      const int64_t nsteps = fusor_cdiv(n_all, NB) * nsub;\n";
+  s += "      int64_t nsteps = fusor_cdiv(n_all, NB) * nsub;\n";
   s += "      const int causal = " + std::string(r.causal() ? "1" : "0") + ";\n";
   s += "      fusor_att_step cur, nxt = {0}, prv = {0}; /* (nxt is read only when it was set) */\n";
   s += "      fusor_tiles tq;\n";
   s += "      int par = 0, have_prv = 0;\n";
   s += "      int64_t t = fusor_att_next(-1, nsteps, nsub, q0, M, Nk, NB, causal, &cur);\n";
   s += "      if (t < nsteps) fusor_tiles_run(&tq, " + scores_job("cur", "spb[0]") + ");\n";
-  s += "      while (t < nsteps) {\n";
+  s += "      while (t < nsteps) {\n" + grow;
   s += "        const int64_t tn = fusor_att_next(t, nsteps, nsub, q0, M, Nk, NB, causal, &nxt);\n";
   s += "        fusor_tiles_reset(&tq);\n";
   s += "        if (have_prv) {\n";

@@ -245,6 +245,33 @@ std::string kv_head_of(const std::string& bh) {
   return "(" + bh + " / heads) * kv_heads + (" + bh + " % heads) / group";
 }
 
+// Tuning::qgrow applies: non-causal items from ranges with thread-local packs (local_packs).
+bool growing_items(const Tuning& tuning, bool local) { return local && tuning.qgrow != 0; }
+
+// Emitted at the top of an item's step loop (amx_attention_steps' `grow`): before its last
+// planned step, while the item has fewer than qs blocks and one key block, the thread takes
+// the next query block of its own range when that is the item's next block of the same head,
+// and packs it, so the item's steps go on in one pipeline.
+std::string grow_item(const AttentionRegion& r, const StorageLoad& ld) {
+  std::string s;
+  s += "        if (lpack && t + 1 >= nsteps && nsub < qs && n_all <= NB) {\n";
+  s += "          int me = 0;\n#ifdef _OPENMP\n          me = omp_get_thread_num();\n#endif\n";
+  s += "          uint64_t w = me < nr ? __atomic_load_n(range + me, __ATOMIC_RELAXED) : 0;\n";
+  s += "          while (me < nr) {\n";
+  s += "            const int64_t lo = (int64_t)(w & 0xFFFFFFFFu), hi = (int64_t)(w >> 32);\n";
+  s += "            if (lo >= hi || lo != u + nsub || lo % nqm == 0) break;\n";
+  s += "            if (!__atomic_compare_exchange_n(range + me, &w, (uint64_t)(lo + 1) | (uint64_t)hi << 32, 0,\n";
+  s += "                                             __ATOMIC_RELAXED, __ATOMIC_RELAXED))\n";
+  s += "              continue;\n";
+  s += "            const int64_t sb = nsub, i0 = q0 + sb * FUSOR_MR;\n";
+  s += amx_attention_pack_q(r, ld);
+  s += "            if (zv) memset(ob + sb * MRP * LDO, 0, sizeof(float) * (size_t)(MRP * LDO));\n";
+  s += "            ++nsub, nsteps = nsub;\n";
+  s += "            qrows = M - q0 < nsub * FUSOR_MR ? M - q0 : nsub * FUSOR_MR;\n";
+  s += "            break;\n          }\n        }\n";
+  return s;
+}
+
 // Emitted: sets u (first block) and qn (blocks, 0 when none is left) of the thread's next run
 // (query_block_ranges says how; nr = 0: from the counter).
 // one_at_a_time: causal pairs, claimed one at a time; else runs of two to qs blocks.
@@ -283,6 +310,7 @@ std::string claim_query_blocks(const Tuning& tuning, bool one_at_a_time = false,
   s += "            const int64_t in_head = nqm - lo % nqm;\n";
   s += std::string("            qn = ") + (tuning.qrun ? "hi - lo" : "fusor_cdiv(hi - lo, 2)") + ";\n";
   s += run_floor("            ", tuning.qmin);
+  if (growing_items(tuning, local)) s += "            if (Nk <= NB) qn = 1; /* it grows (grow_item) */\n";
   s += "            qn = qn > " + qs + " ? " + qs + " : qn;\n";
   s += "            qn = qn > in_head ? in_head : qn;\n";
   s += "            qn = qn > hi - lo ? hi - lo : qn;\n";
@@ -702,8 +730,7 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
     s += "      const int64_t bh = u / nqm, q0 = (u % nqm) * FUSOR_MR;\n";
   }
   s += "      const int64_t kvh = " + kv_head_of("bh") + ";\n";
-  s += "      const int64_t qrows = M - q0 < qn * FUSOR_MR ? M - q0 : qn * FUSOR_MR, nsub = fusor_cdiv(qrows, "
-       "FUSOR_MR);\n";
+  s += "      int64_t qrows = M - q0 < qn * FUSOR_MR ? M - q0 : qn * FUSOR_MR, nsub = fusor_cdiv(qrows, FUSOR_MR);\n";
   s += "      const " + T + "* restrict qh = Q + bh * M * D;\n";
   if (amx) s += "      const " + T + "* restrict kh = Kt + kvh * Nk * D;\n";
   s += trace_item_begin(tuning);
@@ -893,7 +920,9 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
     rows_loop += "          }\n         }\n";
     rows_loop += amx_attention_split_row(hook);
     rows_loop += "        }\n";
-    s += zpv_clock_start(tuning, ld) + amx_attention_steps(r, ld, tuning.overlap != 0, step_rows, rows_loop, pv) +
+    s += zpv_clock_start(tuning, ld) +
+         amx_attention_steps(r, ld, tuning.overlap != 0, step_rows, rows_loop, pv,
+                             growing_items(tuning, local) ? grow_item(r, ld) : "") +
          zpv_clock_end(tuning, ld);
     if (tuning.trace) s += "      trw[" + std::to_string(kZmmItems) + "] += zv;\n";
   } else {

@@ -162,6 +162,12 @@ struct Tuning {
   // items, trying the other every 32nd item. For A/B runs: it lost (decisions.md, "P·V on zmm
   // beside slowed tiles").
   int zpv = 0;
+  // Non-causal attention on the AMX tiles with thread-local packs, one key block: a thread's
+  // item starts as one query block of its own range and grows by the next one while its
+  // steps run (up to qs blocks, within the head), so its block steps stay one software
+  // pipeline and the blocks it has not reached stay in its range for others to steal (1); 0:
+  // runs claimed whole (claim_query_blocks). For A/B runs.
+  int qgrow = 0;
   // Attention's flash loop: every 64 calls, each thread's cycles per call in each phase
   // printed on stdout (the trace_* helpers in x86_simd_attention.cpp). For measurements only.
   int trace = 0;
@@ -390,8 +396,11 @@ std::string amx_attention_pack_v_panel(const StorageLoad& ld, bool stream, const
 std::string amx_attention_step_source();
 std::string amx_attention_split_row(const std::string& hook);
 std::string amx_attention_split_chunk();
+// `grow`: statements run before each step's successor is found, which may add a query block to
+// the item (nsub, nsteps; Tuning::qgrow).
 std::string amx_attention_steps(const AttentionRegion& r, const StorageLoad& ld, bool overlap,
-                                const std::string& step_rows, const std::string& rows_loop, const std::string& zmm_pv);
+                                const std::string& step_rows, const std::string& rows_loop, const std::string& zmm_pv,
+                                const std::string& grow);
 // One online-softmax step's new running max of row rr (mn, from mrow[rr] and the block's max
 // bm) and the factor alpha = e^(old max - new max) (`exp_dm`, an expression in dm) that
 // rescales the row's sum and output; both lanes' softmax rows (x86_simd_attention.cpp). With

@@ -419,9 +419,10 @@ TEST(X86Amx, AttentionThreadLocalPacks) {
   EXPECT_NE(emitted(plain, {{"claim", "0"}}).find("const int lpack = 0;"), std::string::npos);
   EXPECT_NE(emitted(region_of("attention { causal = true }"), {}).find("const int lpack = 0;"), std::string::npos);
   EXPECT_NE(emitted(region_of("attention { storage = bf16 }"), {}).find("const int lpack = 0;"), std::string::npos);
+  // (qgrow = 0: the local packs with runs claimed whole; qgrow, the default, AttentionGrowingItems.)
   for (const char* lpack : {"0", "1"})
     for (const char* serial : {"0", "1073741824"}) {
-      const std::map<std::string, std::string> knobs = {{"lpack", lpack}, {"serial", serial}};
+      const std::map<std::string, std::string> knobs = {{"lpack", lpack}, {"qgrow", "0"}, {"serial", serial}};
       for (const ProblemShape& dims :
            {attention_dims(2, 4, 2, 150, 150, 64), attention_dims(1, 3, 1, 100, 333, 40, 72)})
         testing::expect_matches_reference_on("x86_amx", plain, dims, 71, 0.5, knobs);
@@ -482,14 +483,16 @@ TEST(X86Amx, AttentionZmmPV) {
     }
 }
 
-// qgrow: items that start as one query block and grow by their own range's next one compute
-// every block once (thieves take the rest from the back; NaN in V keeps the zmm P·V).
+// qgrow (the default): items that start as one query block and grow by their own range's next
+// one compute every block once (thieves take the rest from the back; NaN in V keeps the zmm P·V).
 TEST(X86Amx, AttentionGrowingItems) {
   const Region plain = region_of("attention { scale = 0.125 }");
-  const std::string grown = testing::emitted_source("x86_amx", plain, {{"qgrow", "1"}});
+  const std::string grown = testing::emitted_source("x86_amx", plain, {});
   EXPECT_NE(grown.find("if (Nk <= NB) qn = 1;"), std::string::npos);
   EXPECT_NE(grown.find("++nsub, nsteps = nsub;"), std::string::npos);
-  EXPECT_EQ(testing::emitted_source("x86_amx", plain, {}).find("++nsub, nsteps = nsub;"), std::string::npos);
+  const std::string whole = testing::emitted_source("x86_amx", plain, {{"qgrow", "0"}});
+  EXPECT_EQ(whole.find("++nsub, nsteps = nsub;"), std::string::npos);
+  EXPECT_EQ(whole.find("if (Nk <= NB) qn = 1;"), std::string::npos);
   REQUIRE_AMX();
   for (const char* qs : {"0", "2"})
     for (const char* serial : {"0", "1073741824"}) {

@@ -402,12 +402,13 @@ void expect_nan_v_head_on_zmm(const std::map<std::string, std::string>& knobs, s
   EXPECT_TRUE(std::isnan(out->output.data[(2 * 96 + 3) * 64 + 5])) << label;
 }
 
-// Non-causal f32 attention whose threads work from ranges packs K and V where they are used:
-// each thread packs its item's head into its own scratch when the head changes (lpack = 1,
-// the default), instead of every head packed by all threads first (0). Both match the
-// reference on shapes whose ranges change heads mid-range (GQA, ragged), on one thread and
-// two, and with a NaN in V (that head's P·V on zmm, found by the thread's own V flags); the
-// counter (claim = 0), causal attention and 16-bit storage keep the shared packs.
+// f32 attention whose threads work from ranges (non-causal, and causal pairs) packs K and V
+// where they are used: each thread packs its item's head into its own scratch when the head
+// changes (lpack = 1, the default), instead of every head packed by all threads first (0).
+// Both match the reference on shapes whose ranges change heads mid-range (GQA, ragged), on
+// one thread and two, and with a NaN in V (that head's P·V on zmm, found by the thread's own
+// V flags); the counter (claim = 0), causal items from the dynamic schedule and 16-bit
+// storage keep the shared packs.
 TEST(X86Amx, AttentionThreadLocalPacks) {
   REQUIRE_AMX();
   const Region plain = region_of("attention { scale = 0.125 }");
@@ -417,15 +418,26 @@ TEST(X86Amx, AttentionThreadLocalPacks) {
   EXPECT_NE(emitted(plain, {}).find("const int lpack = nr > 0;"), std::string::npos);
   EXPECT_NE(emitted(plain, {{"lpack", "0"}}).find("const int lpack = 0;"), std::string::npos);
   EXPECT_NE(emitted(plain, {{"claim", "0"}}).find("const int lpack = 0;"), std::string::npos);
-  EXPECT_NE(emitted(region_of("attention { causal = true }"), {}).find("const int lpack = 0;"), std::string::npos);
   EXPECT_NE(emitted(region_of("attention { storage = bf16 }"), {}).find("const int lpack = 0;"), std::string::npos);
+  // Causal: local packs for pairs claimed from ranges (byhead = 3), which never grow; the
+  // dynamic schedule's items share the packs.
+  const Region causal = region_of("attention { scale = 0.125; causal = true }");
+  const std::string pairs = emitted(causal, {{"byhead", "3"}});
+  EXPECT_NE(pairs.find("const int lpack = nr > 0;"), std::string::npos);
+  EXPECT_EQ(pairs.find("++nsub, nsteps = nsub;"), std::string::npos);
+  EXPECT_NE(emitted(causal, {{"byhead", "0"}}).find("const int lpack = 0;"), std::string::npos);
+  EXPECT_NE(emitted(causal, {{"byhead", "3"}, {"lpack", "0"}}).find("const int lpack = 0;"), std::string::npos);
   // (qgrow = 0: the local packs with runs claimed whole; qgrow, the default, AttentionGrowingItems.)
   for (const char* lpack : {"0", "1"})
     for (const char* serial : {"0", "1073741824"}) {
       const std::map<std::string, std::string> knobs = {{"lpack", lpack}, {"qgrow", "0"}, {"serial", serial}};
       for (const ProblemShape& dims :
-           {attention_dims(2, 4, 2, 150, 150, 64), attention_dims(1, 3, 1, 100, 333, 40, 72)})
+           {attention_dims(2, 4, 2, 150, 150, 64), attention_dims(1, 3, 1, 100, 333, 40, 72)}) {
         testing::expect_matches_reference_on("x86_amx", plain, dims, 71, 0.5, knobs);
+        // (Pairs across heads and grouped heads, each thread packing the heads its pairs read.)
+        testing::expect_matches_reference_on("x86_amx", causal, dims, 73, 0.5,
+                                             {{"lpack", lpack}, {"byhead", "3"}, {"serial", serial}});
+      }
       expect_nan_v_head_on_zmm(knobs, 72);
     }
 }

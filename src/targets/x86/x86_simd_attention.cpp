@@ -236,7 +236,7 @@ std::string query_block_ranges(const Tuning& tuning, const std::string& per_head
   s += "  const int nr = " + when +
        "nall < ((int64_t)1 << 31) ? (nthreads < FUSOR_RANGES ? nthreads : FUSOR_RANGES) : 0;\n";
   s += "  for (int t = 0; t < nr; ++t)\n";
-  s += "    range[t] = (uint64_t)(t * nall / nr) | (uint64_t)((t + 1) * nall / nr) << 32;\n";
+  s += "    range[t] = fusor_range_word(t * nall / nr, (t + 1) * nall / nr);\n";
   return s;
 }
 
@@ -245,32 +245,9 @@ std::string kv_head_of(const std::string& bh) {
   return "(" + bh + " / heads) * kv_heads + (" + bh + " % heads) / group";
 }
 
-// Tuning::qgrow applies: non-causal items from ranges with thread-local packs (local_packs).
+// Tuning::qgrow applies: non-causal items from ranges with thread-local packs (local_packs;
+// callers pass `local` false for causal pairs, whose ranges hold pairs, not query blocks).
 bool growing_items(const Tuning& tuning, bool local) { return local && tuning.qgrow != 0; }
-
-// Emitted at the top of an item's step loop (amx_attention_steps' `grow`): before its last
-// planned step, while the item has fewer than qs blocks and one key block, the thread takes
-// the next query block of its own range when that is the item's next block of the same head,
-// and packs it, so the item's steps go on in one pipeline.
-std::string grow_item(const AttentionRegion& r, const StorageLoad& ld) {
-  std::string s;
-  s += "        if (lpack && t + 1 >= nsteps && nsub < qs && n_all <= NB) {\n";
-  s += "          int me = 0;\n#ifdef _OPENMP\n          me = omp_get_thread_num();\n#endif\n";
-  s += "          uint64_t w = me < nr ? __atomic_load_n(range + me, __ATOMIC_RELAXED) : 0;\n";
-  s += "          while (me < nr) {\n";
-  s += "            const int64_t lo = (int64_t)(w & 0xFFFFFFFFu), hi = (int64_t)(w >> 32);\n";
-  s += "            if (lo >= hi || lo != u + nsub || lo % nqm == 0) break;\n";
-  s += "            if (!__atomic_compare_exchange_n(range + me, &w, (uint64_t)(lo + 1) | (uint64_t)hi << 32, 0,\n";
-  s += "                                             __ATOMIC_RELAXED, __ATOMIC_RELAXED))\n";
-  s += "              continue;\n";
-  s += "            const int64_t sb = nsub, i0 = q0 + sb * FUSOR_MR;\n";
-  s += amx_attention_pack_q(r, ld);
-  s += "            if (zv) memset(ob + sb * MRP * LDO, 0, sizeof(float) * (size_t)(MRP * LDO));\n";
-  s += "            ++nsub, nsteps = nsub;\n";
-  s += "            qrows = M - q0 < nsub * FUSOR_MR ? M - q0 : nsub * FUSOR_MR;\n";
-  s += "            break;\n          }\n        }\n";
-  return s;
-}
 
 // Emitted: sets u (first block) and qn (blocks, 0 when none is left) of the thread's next run
 // (query_block_ranges says how; nr = 0: from the counter).
@@ -298,14 +275,12 @@ std::string claim_query_blocks(const Tuning& tuning, bool one_at_a_time = false,
   if (tuning.claim == 0) return "      {\n" + counter + "      }\n";
   std::string s = "      if (nr == 0) {\n" + counter + "      } else {\n";
   const bool by_head = local && tuning.xsteal > 0;
-  s += std::string("        int me = 0") + (by_head ? ", team = 1" : "") + ";\n#ifdef _OPENMP\n";
-  s += std::string("        me = omp_get_thread_num();\n") + (by_head ? "        team = omp_get_num_threads();\n" : "");
-  s += "#endif\n";
+  if (by_head) s += "        int team = 1;\n#ifdef _OPENMP\n        team = omp_get_num_threads();\n#endif\n";
   // Own range: from the front.
   s += "        if (me < nr) {\n";
   s += "          uint64_t w = __atomic_load_n(range + me, __ATOMIC_RELAXED);\n";
   s += "          for (;;) {\n";
-  s += "            const int64_t lo = (int64_t)(w & 0xFFFFFFFFu), hi = (int64_t)(w >> 32);\n";
+  s += "            const int64_t lo = fusor_range_lo(w), hi = fusor_range_hi(w);\n";
   s += "            if (lo >= hi) { qn = 0; break; }\n";
   s += "            const int64_t in_head = nqm - lo % nqm;\n";
   s += std::string("            qn = ") + (tuning.qrun ? "hi - lo" : "fusor_cdiv(hi - lo, 2)") + ";\n";
@@ -315,7 +290,7 @@ std::string claim_query_blocks(const Tuning& tuning, bool one_at_a_time = false,
   s += "            qn = qn > in_head ? in_head : qn;\n";
   s += "            qn = qn > hi - lo ? hi - lo : qn;\n";
   s += "            u = lo;\n";
-  s += "            if (__atomic_compare_exchange_n(range + me, &w, (uint64_t)(lo + qn) | (uint64_t)hi << 32, 0,\n";
+  s += "            if (__atomic_compare_exchange_n(range + me, &w, fusor_range_word(lo + qn, hi), 0,\n";
   s += "                                            __ATOMIC_RELAXED, __ATOMIC_RELAXED)) break;\n";
   s += "          }\n        }\n";
   // Out of own blocks: from the back of the range with most left; none left anywhere ends.
@@ -323,13 +298,13 @@ std::string claim_query_blocks(const Tuning& tuning, bool one_at_a_time = false,
   s += "          int victim = -1;\n          int64_t most = 0;\n";
   s += "          for (int t = 0; t < nr; ++t) {\n";
   s += "            const uint64_t w = __atomic_load_n(range + t, __ATOMIC_RELAXED);\n";
-  s += "            int64_t left = (int64_t)(w >> 32) - (int64_t)(w & 0xFFFFFFFFu);\n";
+  s += "            int64_t left = fusor_range_hi(w) - fusor_range_lo(w);\n";
   if (by_head) {
     // (Own head first: its left counts above any other head's; another head's below xsteal
     // blocks, not at all, unless no thread of the team owns that range (a team smaller than
     // nr: serial calls): then only a thief computes them.)
     s += "            if (lpack && left > 0) {\n";
-    s += "              const int64_t vb = ((int64_t)(w >> 32) - 1) / nqm;\n";
+    s += "              const int64_t vb = (fusor_range_hi(w) - 1) / nqm;\n";
     s += "              const int64_t vkv = " + kv_head_of("vb") + ";\n";
     s += "              left = vkv == lhead || t >= team ? left + nall : left >= " + std::to_string(tuning.xsteal) +
          " ? left : 0;\n";
@@ -339,13 +314,13 @@ std::string claim_query_blocks(const Tuning& tuning, bool one_at_a_time = false,
   s += "          }\n";
   s += "          if (victim < 0) break;\n";
   s += "          uint64_t w = __atomic_load_n(range + victim, __ATOMIC_RELAXED);\n";
-  s += "          const int64_t lo = (int64_t)(w & 0xFFFFFFFFu), hi = (int64_t)(w >> 32);\n";
+  s += "          const int64_t lo = fusor_range_lo(w), hi = fusor_range_hi(w);\n";
   s += "          if (lo >= hi) continue;\n";
   s += "          const int64_t in_head = (hi - 1) % nqm + 1;\n";
   s += "          int64_t take = fusor_cdiv(hi - lo, 2);\n";
   s += "          take = take > " + qs + " ? " + qs + " : take;\n";
   s += "          take = take > in_head ? in_head : take;\n";
-  s += "          if (__atomic_compare_exchange_n(range + victim, &w, (uint64_t)lo | (uint64_t)(hi - take) << 32, 0,\n";
+  s += "          if (__atomic_compare_exchange_n(range + victim, &w, fusor_range_word(lo, hi - take), 0,\n";
   s += "                                          __ATOMIC_RELAXED, __ATOMIC_RELAXED))\n";
   s += "            u = hi - take, qn = take;\n";
   s += "        }\n      }\n";
@@ -356,8 +331,14 @@ std::string claim_query_blocks(const Tuning& tuning, bool one_at_a_time = false,
 
 std::string fenced_barrier() { return "    _mm_sfence();\n    #pragma omp barrier\n"; }
 
+// Helpers every attention kernel of these lanes may call: the range words of
+// query_block_ranges, then the P·V and block-step source of the lane.
 std::string attention_pv_source(const AttentionRegion& r, const StorageLoad& ld, const Tuning& tuning) {
   std::string s = "#define FUSOR_NB " + std::to_string(tuning.nb) + "\n";
+  s += "static inline int64_t fusor_range_lo(uint64_t w) { return (int64_t)(w & 0xFFFFFFFFu); }\n"
+       "static inline int64_t fusor_range_hi(uint64_t w) { return (int64_t)(w >> 32); }\n"
+       "static inline uint64_t fusor_range_word(int64_t lo, int64_t hi) {\n"
+       "  return (uint64_t)lo | (uint64_t)hi << 32;\n}\n";
   if (tuning.amx) return s + fusor_pv_source(true) + amx_attention_step_source();
   if (!tuning.avx2) return s + fusor_pv_source(false) + half_micro_kernel_source(tuning.mr);
   // (The AVX2 lane's P·V is its GEMM micro-kernel reading P's rows in place.)
@@ -395,11 +376,13 @@ bool attention_softmax_in_base2(const AttentionRegion& r) { return r.scale() > 0
 
 namespace {
 
-// Whether the AMX lane's non-causal items read K and V packed by their own thread, one head at
-// a time, where the threads work from ranges (Tuning::lpack says why). f32 storage only: a
-// 16-bit head whose V is not all finite needs every head's V widened before the items.
+// Whether the AMX lane's items read K and V packed by their own thread, one head at a time,
+// where the threads work from ranges: non-causal items and causal pairs (byhead = 3;
+// Tuning::lpack says why). f32 storage only: a 16-bit head whose V is not all finite needs
+// every head's V widened before the items.
 bool local_packs(const AttentionRegion& r, const StorageLoad& ld, const Tuning& tuning) {
-  return tuning.amx && tuning.lpack && !r.causal() && tuning.claim != 0 && ld.dtype == DType::f32;
+  return tuning.amx && tuning.lpack && (!r.causal() || tuning.byhead == 3) && tuning.claim != 0 &&
+         ld.dtype == DType::f32;
 }
 
 // Whether Tuning::zpv is `zpv` for this region. zv, emitted after vfin (zpv_choice), says
@@ -480,6 +463,34 @@ std::string trace_item(const Tuning& tuning, TraceSlot slot) {
          "] += trn - tri; tri = trn; }\n";
 }
 
+// Emitted at the top of an item's step loop (amx_attention_steps' `grow`): before its last
+// planned step, while the item has fewer than qs blocks and one key block, the thread takes
+// the next query block of its own range when that is the item's next block of the same head,
+// and packs it, so the item's steps go on in one pipeline.
+// Its query packing counts in the trace's query-packing column, not in the block steps'.
+std::string grow_item(const AttentionRegion& r, const StorageLoad& ld, const Tuning& tuning) {
+  std::string s;
+  s += "        if (lpack && t + 1 >= nsteps && nsub < qs && Nk <= NB) {\n";
+  s += "          uint64_t w = me < nr ? __atomic_load_n(range + me, __ATOMIC_RELAXED) : 0;\n";
+  s += "          while (me < nr) {\n";
+  s += "            const int64_t lo = fusor_range_lo(w), hi = fusor_range_hi(w);\n";
+  s += "            if (lo >= hi || lo != u + nsub || lo % nqm == 0) break;\n";
+  s += "            if (!__atomic_compare_exchange_n(range + me, &w, fusor_range_word(lo + 1, hi), 0,\n";
+  s += "                                             __ATOMIC_RELAXED, __ATOMIC_RELAXED))\n";
+  s += "              continue;\n";
+  if (tuning.trace) s += "            const uint64_t trg = __builtin_ia32_rdtsc();\n";
+  s += "            const int64_t sb = nsub, i0 = q0 + sb * FUSOR_MR;\n";
+  s += amx_attention_pack_q(r, ld);
+  if (tuning.trace)
+    s += "            { const uint64_t trd = __builtin_ia32_rdtsc() - trg; trw[" + std::to_string(kQueryPacking) +
+         "] += trd; tri += trd; }\n";
+  s += "            if (zv) memset(ob + sb * MRP * LDO, 0, sizeof(float) * (size_t)(MRP * LDO));\n";
+  s += "            ++nsub, nsteps = nsub;\n";
+  s += "            qrows = M - q0 < nsub * FUSOR_MR ? M - q0 : nsub * FUSOR_MR;\n";
+  s += "            break;\n          }\n        }\n";
+  return s;
+}
+
 std::string trace_begin(const Tuning& tuning) {
   if (!tuning.trace) return "";
   return "  enum { FUSOR_TRT = 256 };\n"
@@ -503,9 +514,7 @@ std::string trace_items_done(const Tuning& tuning) {
 
 std::string trace_thread(const Tuning& tuning) {
   if (!tuning.trace) return "";
-  return "    int trme = 0;\n#ifdef _OPENMP\n    trme = omp_get_thread_num();\n#endif\n"
-         "    uint64_t* const trw = fusor_tr[trme < FUSOR_TRT ? trme : FUSOR_TRT - 1];\n" +
-         trace_mark(tuning, kEntered);
+  return "    uint64_t* const trw = fusor_tr[me < FUSOR_TRT ? me : FUSOR_TRT - 1];\n" + trace_mark(tuning, kEntered);
 }
 
 std::string trace_end(const Tuning& tuning) {
@@ -602,6 +611,9 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   }
   s += trace_begin(tuning);
   s += "  " + omp_parallel("nbh * M * Nk * (D + Dv)") + "\n  {\n";
+  // This thread's number, for its range (claim_query_blocks, grow_item) and its trace row.
+  if ((tuning.claim != 0 && (pairs || !causal)) || tuning.trace)
+    s += "    int me = 0;\n#ifdef _OPENMP\n    me = omp_get_thread_num();\n#endif\n";
   if (amx) {
     s += "    fusor_amx_config();\n";
     // This thread's packed K and V: every head's, shared, or with thread-local packs the head
@@ -922,7 +934,7 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
     rows_loop += "        }\n";
     s += zpv_clock_start(tuning, ld) +
          amx_attention_steps(r, ld, tuning.overlap != 0, step_rows, rows_loop, pv,
-                             growing_items(tuning, local) ? grow_item(r, ld) : "") +
+                             growing_items(tuning, local && !causal) ? grow_item(r, ld, tuning) : "") +
          zpv_clock_end(tuning, ld);
     if (tuning.trace) s += "      trw[" + std::to_string(kZmmItems) + "] += zv;\n";
   } else {

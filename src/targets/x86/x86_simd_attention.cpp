@@ -245,9 +245,9 @@ std::string kv_head_of(const std::string& bh) {
   return "(" + bh + " / heads) * kv_heads + (" + bh + " % heads) / group";
 }
 
-// Tuning::qgrow applies: non-causal items from ranges with thread-local packs (local_packs;
-// callers pass `local` false for causal pairs, whose ranges hold pairs, not query blocks).
-bool growing_items(const Tuning& tuning, bool local) { return local && tuning.qgrow != 0; }
+// Tuning::qgrow applies: non-causal items from ranges with thread-local packs (local_packs).
+// Causal pairs never grow: their ranges hold pairs, not query blocks.
+bool growing_items(const Tuning& tuning, bool local, bool causal) { return local && !causal && tuning.qgrow != 0; }
 
 // Emitted: sets u (first block) and qn (blocks, 0 when none is left) of the thread's next run
 // (query_block_ranges says how; nr = 0: from the counter).
@@ -285,7 +285,8 @@ std::string claim_query_blocks(const Tuning& tuning, bool one_at_a_time = false,
   s += "            const int64_t in_head = nqm - lo % nqm;\n";
   s += std::string("            qn = ") + (tuning.qrun ? "hi - lo" : "fusor_cdiv(hi - lo, 2)") + ";\n";
   s += run_floor("            ", tuning.qmin);
-  if (growing_items(tuning, local)) s += "            if (Nk <= NB) qn = 1; /* it grows (grow_item) */\n";
+  if (growing_items(tuning, local, one_at_a_time))
+    s += "            if (Nk <= NB) qn = 1; /* it grows (grow_item) */\n";
   s += "            qn = qn > " + qs + " ? " + qs + " : qn;\n";
   s += "            qn = qn > in_head ? in_head : qn;\n";
   s += "            qn = qn > hi - lo ? hi - lo : qn;\n";
@@ -333,7 +334,7 @@ std::string fenced_barrier() { return "    _mm_sfence();\n    #pragma omp barrie
 
 // Helpers every attention kernel of these lanes may call: the range words of
 // query_block_ranges, then the P·V and block-step source of the lane.
-std::string attention_pv_source(const AttentionRegion& r, const StorageLoad& ld, const Tuning& tuning) {
+std::string attention_helper_source(const AttentionRegion& r, const StorageLoad& ld, const Tuning& tuning) {
   std::string s = "#define FUSOR_NB " + std::to_string(tuning.nb) + "\n";
   s += "static inline int64_t fusor_range_lo(uint64_t w) { return (int64_t)(w & 0xFFFFFFFFu); }\n"
        "static inline int64_t fusor_range_hi(uint64_t w) { return (int64_t)(w >> 32); }\n"
@@ -612,8 +613,7 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   s += trace_begin(tuning);
   s += "  " + omp_parallel("nbh * M * Nk * (D + Dv)") + "\n  {\n";
   // This thread's number, for its range (claim_query_blocks, grow_item) and its trace row.
-  if ((tuning.claim != 0 && (pairs || !causal)) || tuning.trace)
-    s += "    int me = 0;\n#ifdef _OPENMP\n    me = omp_get_thread_num();\n#endif\n";
+  s += "    int me = 0;\n#ifdef _OPENMP\n    me = omp_get_thread_num();\n#endif\n";
   if (amx) {
     s += "    fusor_amx_config();\n";
     // This thread's packed K and V: every head's, shared, or with thread-local packs the head
@@ -934,7 +934,7 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
     rows_loop += "        }\n";
     s += zpv_clock_start(tuning, ld) +
          amx_attention_steps(r, ld, tuning.overlap != 0, step_rows, rows_loop, pv,
-                             growing_items(tuning, local && !causal) ? grow_item(r, ld, tuning) : "") +
+                             growing_items(tuning, local, causal) ? grow_item(r, ld, tuning) : "") +
          zpv_clock_end(tuning, ld);
     if (tuning.trace) s += "      trw[" + std::to_string(kZmmItems) + "] += zv;\n";
   } else {

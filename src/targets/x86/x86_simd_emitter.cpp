@@ -15,8 +15,8 @@ namespace fusor::x86 {
 
 namespace simd {
 
-std::string attention_pv_source(const AttentionRegion& region, const StorageLoad& ld,
-                                const Tuning& tuning); // x86_simd_attention.cpp
+std::string attention_helper_source(const AttentionRegion& region, const StorageLoad& ld,
+                                    const Tuning& tuning); // x86_simd_attention.cpp
 
 Error unsupported(RegionKind kind, const std::string& reason, std::string_view lane) {
   return make_error(ErrorCode::emit_unsupported, "region " + std::string(region_kind_name(kind)) +
@@ -308,7 +308,7 @@ Expected<KernelSource> emit_lane(const Region& region, const EmitOptions& option
   const bool vector_words = few_queries || (attention && tuning.avx2 && simd::softmax_exp_is_expf());
   if (tuning.avx2 && (vector_math || vector_words))
     head += codegen::render_avx2_math_helpers(codegen::c99_avx2_dialect());
-  if (attention) head += simd::attention_pv_source(*attention, ld, tuning);
+  if (attention) head += simd::attention_helper_source(*attention, ld, tuning);
   if (vector_words) head += simd::attention_vector_source(ld, tuning.avx2);
   if (few_queries) head += simd::attention_few_queries_source(*attention, ld);
   if (kind == RegionKind::pointwise || kind == RegionKind::pointwise_reduce) head += simd::pointwise_helpers();

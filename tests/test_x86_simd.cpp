@@ -358,6 +358,46 @@ TEST(X86Simd, AttentionKPanelsStreamedOrNot) {
   testing::expect_k_panels_streamed_or_not("x86_avx512", "_mm512_stream_ps(dst");
 }
 
+// Thread-local K packs (lpack, the default): where the threads work from ranges (non-causal
+// items, causal pairs) each packs the K of its item's head when its head changes; the counter,
+// the dynamic schedule and 16-bit storage keep the shared panels, as does lpack = 0, and the
+// ymm lane takes no such knob. Both match the reference on every thread and on one (whose
+// range is the first: it packs every head in turn), across heads, grouped heads, ragged keys
+// and features, and K transposed.
+TEST(X86Simd, AttentionThreadLocalPacks) {
+  REQUIRE_AVX512();
+  const Region plain = region_of("attention { scale = 0.125 }");
+  const Region causal = region_of("attention { scale = 0.125; causal = true }");
+  const auto emitted = [&](const Region& region, std::map<std::string, std::string> knobs) {
+    return testing::emitted_source("x86_avx512", region, std::move(knobs));
+  };
+  const std::string local = "const int lpack = nr > 0;";
+  EXPECT_NE(emitted(plain, {}).find(local), std::string::npos);
+  EXPECT_NE(emitted(causal, {{"byhead", "3"}}).find(local), std::string::npos);
+  EXPECT_EQ(emitted(plain, {{"lpack", "0"}}).find("lpack"), std::string::npos);
+  EXPECT_EQ(emitted(plain, {{"claim", "0"}}).find("lpack"), std::string::npos);
+  EXPECT_EQ(emitted(causal, {}).find("lpack"), std::string::npos);
+  EXPECT_EQ(emitted(region_of("attention { storage = bf16 }"), {}).find("lpack"), std::string::npos);
+  EmitOptions ymm;
+  ymm.options = {{"lpack", "1"}};
+  const auto refused = testing::x86_candidate(RegionKind::attention, "x86_avx2")->emit(plain, ymm);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("unknown option 'lpack=1'"), std::string::npos) << refused.error().message;
+  const Region transposed = region_of("attention { scale = 0.2; k_transposed = true }");
+  for (const char* lpack : {"0", "1"})
+    for (const char* serial : {"0", "1073741824"}) {
+      // (claim = 1: ranges whatever the host's L2.)
+      const std::map<std::string, std::string> knobs = {{"lpack", lpack}, {"claim", "1"}, {"serial", serial}};
+      for (const ProblemShape& dims :
+           {attention_dims(2, 4, 2, 150, 150, 64), attention_dims(1, 3, 1, 100, 333, 40, 72)}) {
+        testing::expect_matches_reference_on("x86_avx512", plain, dims, 71, 0.5, knobs);
+        testing::expect_matches_reference_on("x86_avx512", transposed, dims, 72, 0.5, knobs);
+        testing::expect_matches_reference_on("x86_avx512", causal, dims, 73, 0.5,
+                                             {{"lpack", lpack}, {"byhead", "3"}, {"serial", serial}});
+      }
+    }
+}
+
 // testing::expect_causal_item_orders says what it covers.
 TEST(X86Simd, AttentionCausalItemOrders) {
   REQUIRE_AVX512();

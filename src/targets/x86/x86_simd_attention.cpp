@@ -245,9 +245,12 @@ std::string kv_head_of(const std::string& bh) {
   return "(" + bh + " / heads) * kv_heads + (" + bh + " % heads) / group";
 }
 
-// Tuning::qgrow applies: non-causal items from ranges with thread-local packs (local_packs).
-// Causal pairs never grow: their ranges hold pairs, not query blocks.
-bool growing_items(const Tuning& tuning, bool local, bool causal) { return local && !causal && tuning.qgrow != 0; }
+// Tuning::qgrow applies: the AMX lane's non-causal items from ranges with thread-local packs
+// (local_packs), whose block steps are pipelined within an item. Causal pairs never grow:
+// their ranges hold pairs, not query blocks.
+bool growing_items(const Tuning& tuning, bool local, bool causal) {
+  return tuning.amx && local && !causal && tuning.qgrow != 0;
+}
 
 // Emitted: sets u (first block) and qn (blocks, 0 when none is left) of the thread's next run
 // (query_block_ranges says how; nr = 0: from the counter).
@@ -377,12 +380,13 @@ bool attention_softmax_in_base2(const AttentionRegion& r) { return r.scale() > 0
 
 namespace {
 
-// Whether the AMX lane's items read K and V packed by their own thread, one head at a time,
-// where the threads work from ranges: non-causal items and causal pairs (byhead = 3;
-// Tuning::lpack says why). f32 storage only: a 16-bit head whose V is not all finite needs
-// every head's V widened before the items.
+// Whether the items of the AVX-512 lanes read K packed by their own thread (the AMX lane's V
+// too), one head at a time, where the threads work from ranges: non-causal items and causal
+// pairs (byhead = 3; Tuning::lpack says why). f32 storage only: the AMX lane's 16-bit head
+// whose V is not all finite needs every head's V widened before the items, as the zmm lane's
+// 16-bit V always is.
 bool local_packs(const AttentionRegion& r, const StorageLoad& ld, const Tuning& tuning) {
-  return tuning.amx && tuning.lpack && (!r.causal() || tuning.byhead == 3) && tuning.claim != 0 &&
+  return !tuning.avx2 && tuning.lpack && (!r.causal() || tuning.byhead == 3) && tuning.claim != 0 &&
          ld.dtype == DType::f32;
 }
 
@@ -541,6 +545,36 @@ std::string trace_end(const Tuning& tuning) {
   return s;
 }
 
+// The vector lanes' K panel hb (keys n0 .. n0 + w of head `kh`, w <= 32) into kp's panel hb,
+// [D][32] floats, keys past w zero: the statements after c0, the features the register
+// transpose took.
+std::string vector_pack_k_tail(const StorageLoad& ld) {
+  return "      for (int64_t j = 0; j < w; ++j)\n"
+         "        for (int64_t c = c0; c < D; ++c) dst[c * 32 + j] = " +
+         ld.load("kh", "(n0 + j) * D + c") +
+         ";\n"
+         "      for (int64_t c = c0; c < D; ++c)\n        for (int64_t j = w; j < 32; ++j) dst[c * 32 + j] = 0.0f;\n";
+}
+
+// The zmm lane's K panel hb, as vector_pack_k_tail says: whole panels go 16 keys x 16 features
+// at a time through the register transpose, 16-bit storage widened as it is loaded; K
+// transposed is copied (this too on the ymm lane).
+std::string vector_attention_pack_k(const AttentionRegion& r, const StorageLoad& ld, bool stream) {
+  std::string s = "      float* restrict dst = kp + hb * D * 32;\n";
+  if (r.k_transposed()) {
+    s += "      for (int64_t c = 0; c < D; ++c) {\n";
+    s += "        for (int64_t j = 0; j < w; ++j) dst[c * 32 + j] = " + ld.load("kh", "c * Nk + n0 + j") + ";\n";
+    s += "        for (int64_t j = w; j < 32; ++j) dst[c * 32 + j] = 0.0f;\n      }\n";
+    return s;
+  }
+  s += "      int64_t c0 = 0;\n";
+  s += "      if (w == 32)\n        for (; c0 + 16 <= D; c0 += 16)\n          for (int64_t jh = 0; jh < 32; jh += "
+       "16) {\n";
+  s += transpose16_slab("kh + (n0 + jh + r) * D + c0", "16", {}, "dst + (c0 + c) * 32 + jh", "(__mmask16)0xFFFF",
+                        "            ", stream, &ld);
+  s += "          }\n";
+  return s + vector_pack_k_tail(ld);
+}
 } // namespace
 
 std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, const Tuning& given) {
@@ -553,6 +587,7 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   const bool f32 = T == "float";
   const bool causal = r.causal();
   const bool q_in_place = attention_reads_q_in_place(r, ld, tuning);
+  const bool local = local_packs(r, ld, tuning);
   std::string s;
   s += "  const " + T + "* restrict Q = (const " + T + "*)operands[0];\n";
   s += "  const " + T + "* restrict Kt = (const " + T + "*)operands[1];\n";
@@ -585,9 +620,9 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
     s += "  const size_t kpn = 2 * (size_t)(nkb * FUSOR_NSB * Dp * 32), kfn = (size_t)(nkb * 32),\n"
          "               vpn = 2 * (size_t)(ndp * FUSOR_NSV * Nkp * 32), vfn = (size_t)ndp;\n";
   } else {
-    s += "  float* restrict kp = (float*)fusor_scratch(0, sizeof(float) * (size_t)(nkv * nkb * (D > 0 ? D : 1) * "
-         "32));\n";
-    s += "  if (!kp) return 2;\n";
+    // (With thread-local packs, which the ranges decide, allocated below.)
+    s += "  const size_t kpn = sizeof(float) * (size_t)(nkb * (D > 0 ? D : 1) * 32); /* one head's panels */\n";
+    if (!local) s += "  float* restrict kp = (float*)fusor_scratch(0, kpn * nkv);\n  if (!kp) return 2;\n";
   }
   if (avx2) {
     s += avx2_attention_v_source(f32);
@@ -601,7 +636,6 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   const bool pairs = causal && tuning.byhead == 3;
   if (pairs) s += "  const int64_t nqb = fusor_cdiv(M, qs * FUSOR_MR);\n" + query_block_ranges(tuning, "(nqb + 1) / 2");
   if (!causal) s += query_block_ranges(tuning);
-  const bool local = local_packs(r, ld, tuning);
   if (amx) {
     s += std::string("  const int lpack = ") + (local ? "nr > 0" : "0") + ";\n";
     s += "  uint16_t* kpa = NULL; unsigned char* kfa = NULL; uint16_t* vpa = NULL; unsigned char* vfla = NULL;\n";
@@ -609,6 +643,10 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
     s += "    kpa = (uint16_t*)fusor_scratch(0, kpn * nkv), kfa = (unsigned char*)fusor_scratch(1, kfn * nkv);\n";
     s += "    vpa = (uint16_t*)fusor_scratch(2, vpn * nkv), vfla = (unsigned char*)fusor_scratch(3, vfn * nkv);\n";
     s += "    if (!kpa || !kfa || !vpa || !vfla) return 2;\n  }\n";
+  } else if (local) {
+    s += "  const int lpack = nr > 0;\n";
+    s += "  float* kpa = NULL;\n";
+    s += "  if (!lpack && !(kpa = (float*)fusor_scratch(0, kpn * nkv))) return 2;\n";
   }
   s += trace_begin(tuning);
   s += "  " + omp_parallel("nbh * M * Nk * (D + Dv)") + "\n  {\n";
@@ -625,11 +663,15 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
     s += "      kp = (uint16_t*)fusor_scratch(0, kpn), kf = (unsigned char*)fusor_scratch(1, kfn);\n";
     s += "      vp = (uint16_t*)fusor_scratch(2, vpn), vfl = (unsigned char*)fusor_scratch(3, vfn);\n";
     s += "    }\n";
+  } else if (local) {
+    // This thread's packed K: every head's, shared, or the head of its last item (lhead).
+    s += "    float* restrict kp = lpack ? (float*)fusor_scratch(0, kpn) : kpa;\n";
+    s += "    int64_t lhead = -1;\n";
   }
   s += trace_thread(tuning);
   // K of every KV head, packed once: [head][key panel][D][32], keys past Nk zero.
   const bool kstream = streams_k_panels(r, tuning);
-  if (amx) s += "    if (!lpack) {\n";
+  if (amx || local) s += "    if (!lpack) {\n";
   s += std::string("    #pragma omp for schedule(static)") + (kstream ? " nowait" : "") + "\n";
   s += "    for (int64_t hb = 0; hb < nkv * nkb; ++hb) {\n";
   s += "      const int64_t head = hb / nkb, n0 = (hb % nkb) * 32;\n";
@@ -637,33 +679,17 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   s += "      const " + T + "* restrict kh = Kt + head * Nk * D;\n";
   if (amx) {
     s += amx_attention_pack_k(r, ld, kstream);
-  } else if (r.k_transposed()) {
-    s += "      float* restrict dst = kp + hb * D * 32;\n";
-    s += "      for (int64_t c = 0; c < D; ++c) {\n";
-    s += "        for (int64_t j = 0; j < w; ++j) dst[c * 32 + j] = " + ld.load("kh", "c * Nk + n0 + j") + ";\n";
-    s += "        for (int64_t j = w; j < 32; ++j) dst[c * 32 + j] = 0.0f;\n      }\n";
+  } else if (avx2 && !r.k_transposed()) {
+    s += "      float* restrict dst = kp + hb * D * 32;\n      int64_t c0 = 0;\n" + avx2_attention_pack_k(ld, kstream) +
+         vector_pack_k_tail(ld);
   } else {
-    // Panels of 32 keys go 16 keys x 16 features (AVX2: 8 x 8) at a time through the register
-    // transpose, 16-bit storage widened as it is loaded.
-    s += "      float* restrict dst = kp + hb * D * 32;\n";
-    s += "      int64_t c0 = 0;\n";
-    if (avx2) {
-      s += avx2_attention_pack_k(ld, kstream);
-    } else {
-      s += "      if (w == 32)\n        for (; c0 + 16 <= D; c0 += 16)\n          for (int64_t jh = 0; jh < 32; jh += "
-           "16) {\n";
-      s += transpose16_slab("kh + (n0 + jh + r) * D + c0", "16", {}, "dst + (c0 + c) * 32 + jh", "(__mmask16)0xFFFF",
-                            "            ", kstream, &ld);
-      s += "          }\n";
-    }
-    s += "      for (int64_t j = 0; j < w; ++j)\n";
-    s += "        for (int64_t c = c0; c < D; ++c) dst[c * 32 + j] = " + ld.load("kh", "(n0 + j) * D + c") + ";\n";
-    s += "      for (int64_t c = c0; c < D; ++c)\n        for (int64_t j = w; j < 32; ++j) dst[c * 32 + j] = 0.0f;\n";
+    s += vector_attention_pack_k(r, ld, kstream);
   }
   s += "    }\n";
   // (With streaming stores the AMX lane packs V straight after K, which it does not read, and
   // fences once after both.)
   if (kstream && !amx) s += fenced_barrier();
+  if (local && !amx) s += "    }\n";
   s += trace_mark(tuning, kKPacked);
   const std::string v_to_f32 = "    #pragma omp for schedule(static)\n"
                                "    for (int64_t e = 0; e < nkv * Nk * Dv; ++e) vf[e] = " +
@@ -704,7 +730,9 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   s += "    const size_t spn = (size_t)(MRP * NB" + std::string(amx ? " + FUSOR_NSP * NB * 16" : "") + ");\n";
   s += std::string("    float* sp = (float*)fusor_scratch(7, sizeof(float) * spn") + (amx ? " * 2" : "") + ");\n";
   s += "    float mall[QS * FUSOR_MR], lall[QS * FUSOR_MR];\n";
-  const std::string scratch_ok = std::string("qp && ob && sp") + (amx ? " && kp && kf && vp && vfl" : "");
+  const std::string scratch_ok = std::string("qp && ob && sp") + (amx     ? " && kp && kf && vp && vfl"
+                                                                  : local ? " && kp"
+                                                                          : "");
   s += "    if (!(" + scratch_ok + ")) {\n      #pragma omp atomic write\n      failed = 1;\n    } else {\n";
   // Every step writes the scores of rows below FUSOR_MR; only the padding rows are zeroed here
   // (zeroing whole buffers took 1.3 % of attention's time at S = 512).
@@ -761,6 +789,19 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
       if (tuning.trace) s += "        trw[" + std::to_string(kLocalPacks) + "] += 1;\n";
       s += "      }\n";
     }
+  } else if (local) {
+    // The packed K of this item's head (kvp: its index among them), packed here when the
+    // thread's head changes.
+    s += "      const int64_t kvp = lpack ? 0 : kvh;\n";
+    s += "      if (lpack && kvh != lhead) {\n";
+    s += "        const " + T + "* restrict kh = Kt + kvh * Nk * D;\n";
+    s += "        for (int64_t hb = 0; hb < nkb; ++hb) {\n";
+    s += "          const int64_t n0 = hb * 32, w = Nk - n0 < 32 ? Nk - n0 : 32;\n";
+    s += vector_attention_pack_k(r, ld, false);
+    s += "        }\n";
+    s += "        lhead = kvh;\n";
+    if (tuning.trace) s += "        trw[" + std::to_string(kLocalPacks) + "] += 1;\n";
+    s += "      }\n";
   }
   s += "      for (int64_t sb = 0; sb < nsub; ++sb) {\n";
   s += "        const int64_t i0 = q0 + sb * FUSOR_MR;\n";
@@ -946,7 +987,8 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
     s += "        if (n0 >= n_end) continue;\n";
     s += "        const int64_t nbk = n_end - n0 < NB ? n_end - n0 : NB;\n";
     s += step_rows;
-    s += "        const float* restrict kpb = kp + (kvh * nkb + n0 / 32) * D * 32;\n";
+    s += std::string("        const float* restrict kpb = kp + (") + (local ? "kvp" : "kvh") +
+         " * nkb + n0 / 32) * D * 32;\n";
     if (q_in_place) {
       s += "        if (i0 + FUSOR_MR <= M)\n";
       s += "          for (int64_t pb = 0; pb < fusor_cdiv(nbk, 32); ++pb)\n";

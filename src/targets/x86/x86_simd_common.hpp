@@ -146,10 +146,11 @@ struct Tuning {
   int dyn = 1;
   // With dyn: chunks of B's panels per thread when the threads split the columns. For A/B runs.
   int isplit = 1;
-  // Attention on the AMX tiles, f32, where the threads work from ranges (claim; non-causal
-  // items and causal pairs, byhead = 3): each thread packs K and V of its item's head into its
-  // own scratch when its head changes (1), instead of every head packed by all threads before
-  // the items (0) (decisions.md, "K and V packed by the thread that reads them").
+  // Attention on the AMX and zmm tiles, f32, where the threads work from ranges (claim;
+  // non-causal items and causal pairs, byhead = 3): each thread packs K (AMX: and V) of its
+  // item's head into its own scratch when its head changes (1), instead of every head packed
+  // by all threads before the items (0) (decisions.md, "K and V packed by the thread that
+  // reads them").
   int lpack = 1;
   // With lpack, for A/B runs: a thread out of its own range steals from ranges of its own KV
   // head first, and from another head's (which it must then pack) only while that range has

@@ -52,14 +52,13 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
     const auto res = std::from_chars(value.data(), value.data() + value.size(), v);
     const bool number = res.ec == std::errc{} && res.ptr == value.data() + value.size();
     // Which tiles a knob belongs to. The AMX tile is 32 rows; `exact`, `overlap`, `dyn`, `isplit`,
-    // `lpack`, `xsteal`, `zpv` and `qgrow` are AMX's; `stream` is the streaming kinds' and `bpf`,
-    // `ksub`, `epf`, `bfuse`, `bnext`, `bcopy` and the row path's `srows`, `crows`, `llc`, `wrows`,
-    // `wcols`, `runc`, `ksplit` the zmm and ymm tiles' (AMX's packing prefetches its own way; its
-    // tiles sum in their own order, keep their own epilogue and take no row path); `fq` is attention's
-    // few-query path, on zmm or ymm registers in all three lanes, `byhead` causal attention's order of
-    // items, `qs`, `qmin` and `qitems` attention's query blocks an item, `kstream` its shared packs'
-    // stores and `trace` its phases' cycles in all three.
-    enum class On { any, vector, amx };
+    // `xsteal`, `zpv` and `qgrow` are AMX's, `lpack` the AMX and zmm tiles'; `stream` is the streaming kinds' and
+    // `bpf`, `ksub`, `epf`, `bfuse`, `bnext`, `bcopy` and the row path's `srows`, `crows`, `llc`, `wrows`, `wcols`,
+    // `runc`, `ksplit` the zmm and ymm tiles' (AMX's packing prefetches its own way; its tiles sum in their own order,
+    // keep their own epilogue and take no row path); `fq` is attention's few-query path, on zmm or ymm registers in all
+    // three lanes, `byhead` causal attention's order of items, `qs`, `qmin` and `qitems` attention's query blocks an
+    // item, `kstream` its shared packs' stores and `trace` its phases' cycles in all three.
+    enum class On { any, vector, amx, avx512 };
     // hi_avx2: the ymm tile's bound where it differs (6 rows).
     struct Knob {
       const char* name;
@@ -104,7 +103,7 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
         {"wrows", &simd::Tuning::wrows, 0, 64, On::vector},
         {"wcols", &simd::Tuning::wcols, 32, 1 << 20, On::vector},
         {"trace", &simd::Tuning::trace, 0, 1, On::any},
-        {"lpack", &simd::Tuning::lpack, 0, 1, On::amx},
+        {"lpack", &simd::Tuning::lpack, 0, 1, On::avx512},
         {"xsteal", &simd::Tuning::xsteal, 0, 1 << 16, On::amx},
         {"zpv", &simd::Tuning::zpv, 0, 2, On::amx},
         {"qgrow", &simd::Tuning::qgrow, 0, 1, On::amx},
@@ -112,7 +111,7 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
     const Knob* knob = nullptr;
     std::string names;
     for (const Knob& k : kKnobs) {
-      if (k.on == (t.amx ? On::vector : On::amx)) continue;
+      if (k.on == (t.amx ? On::vector : On::amx) || (k.on == On::avx512 && t.avx2)) continue;
       const std::string name = k.name;
       names += (names.empty() ? "" : ", ") + name;
       if (key == name) knob = &k;

@@ -334,9 +334,9 @@ TEST(X86Amx, AttentionOverlapChangesOnlyTheOrder) {
 TEST(X86Amx, AttentionCausalItemOrders) {
   REQUIRE_AMX();
   testing::expect_causal_item_orders("x86_amx");
-  for (const int cpus : {1, 2, 8, 15}) EXPECT_FALSE(x86::simd::amx_causal_pairs(cpus)) << cpus;
-  for (const int cpus : {16, 64}) EXPECT_TRUE(x86::simd::amx_causal_pairs(cpus)) << cpus;
-  const bool pairs = x86::simd::amx_causal_pairs(host_affinity_cpus());
+  for (const int cpus : {1, 2, 8, 15}) EXPECT_FALSE(x86::simd::causal_pairs(cpus)) << cpus;
+  for (const int cpus : {16, 64}) EXPECT_TRUE(x86::simd::causal_pairs(cpus)) << cpus;
+  const bool pairs = x86::simd::causal_pairs(host_affinity_cpus());
   const std::string source = testing::emitted_source("x86_amx", region_of("attention { causal = true }"), {});
   EXPECT_EQ(source.find("const int by_head = 0;") != std::string::npos, !pairs);
   EXPECT_EQ(source.find("(e == 0 ? nqb - 1 - pk : pk)") != std::string::npos, pairs);

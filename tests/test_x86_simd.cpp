@@ -17,6 +17,7 @@
 #include "support/compare.hpp"
 #include "support/vector_math.hpp"
 #include "support/x86_lanes.hpp"
+#include "targets/x86/x86_simd_common.hpp"
 #include "targets/x86/x86_simd_emitter.hpp"
 
 namespace fusor {
@@ -376,7 +377,7 @@ TEST(X86Simd, AttentionThreadLocalPacks) {
   EXPECT_NE(emitted(causal, {{"byhead", "3"}}).find(local), std::string::npos);
   EXPECT_EQ(emitted(plain, {{"lpack", "0"}}).find("lpack"), std::string::npos);
   EXPECT_EQ(emitted(plain, {{"claim", "0"}}).find("lpack"), std::string::npos);
-  EXPECT_EQ(emitted(causal, {}).find("lpack"), std::string::npos);
+  EXPECT_EQ(emitted(causal, {{"byhead", "2"}}).find("lpack"), std::string::npos);
   EXPECT_EQ(emitted(region_of("attention { storage = bf16 }"), {}).find("lpack"), std::string::npos);
   EmitOptions ymm;
   ymm.options = {{"lpack", "1"}};
@@ -398,10 +399,19 @@ TEST(X86Simd, AttentionThreadLocalPacks) {
     }
 }
 
-// testing::expect_causal_item_orders says what it covers.
+// testing::expect_causal_item_orders says what it covers. The lane's default is pairs of items
+// on a process of 16 CPUs or more, their K packed by the thread that reads them (byhead = 3,
+// lpack), else head after head while there are 16 items a thread (2); items sized for two a
+// thread either way. The emitted source shows which.
 TEST(X86Simd, AttentionCausalItemOrders) {
   REQUIRE_AVX512();
   testing::expect_causal_item_orders("x86_avx512");
+  const bool pairs = x86::simd::causal_pairs(host_affinity_cpus());
+  const std::string source = testing::emitted_source("x86_avx512", region_of("attention { causal = true }"), {});
+  EXPECT_EQ(source.find("const int by_head = nbh * nqb >= 16 * (int64_t)nthreads;") != std::string::npos, !pairs);
+  EXPECT_EQ(source.find("(e == 0 ? nqb - 1 - pk : pk)") != std::string::npos, pairs);
+  EXPECT_EQ(source.find("const int lpack = nr > 0;") != std::string::npos, pairs);
+  EXPECT_NE(source.find(" / (2 * nthreads);"), std::string::npos);
 }
 
 // testing::expect_attention_trace says what it covers.

@@ -124,8 +124,9 @@ std::string fusor_pv_source(bool queue) {
 // the items would not keep every thread busy twice over.
 constexpr int kQueryBlocks = 4, kAmxQueryBlocks = 16;
 
-// Whether the AMX lane's causal items go in pairs claimed from ranges (byhead = 3), sized for
-// five items a thread (qitems = 5), on a process of `cpus` CPUs. Largest first from a dynamic
+// Whether causal items of the AVX-512 lanes go in pairs claimed from ranges (byhead = 3; on the
+// AMX tiles sized for five items a thread, qitems = 5), on a process of `cpus` CPUs. The AMX
+// lane's reasons first, then the zmm lane's. Largest first from a dynamic
 // schedule with items sized for two a thread, at S = 512 on 16 threads each thread holds about
 // two items of four blocks: a thread whose tiles run at a third of the rate (the lent hosts' tile
 // probe finds one or more) keeps a whole large item to the end. Pairs of smaller items leave it a
@@ -145,16 +146,25 @@ constexpr int kQueryBlocks = 4, kAmxQueryBlocks = 16;
 // fewer CPUs keep the former default. On that host's 16 threads, its tiles mostly slowed, the AMX
 // lane read the same with either rule but at S = 768 and 1024 D = 128 (1.39-1.55 / 2.07-2.46 ms
 // against 1.24-1.29 / 1.83-2.07 largest first); there the zmm lane takes causal attention.
-bool amx_causal_pairs(int cpus) { return cpus >= 16; }
+// The zmm lane's dynamic schedule hands a thread items of any head, so every head's K was
+// packed by all threads before the items, streamed (streams_k_panels): its traces put that at
+// 167-295 kcycles of a 588-1341-kcycle call at S = 512 (run bs). Pairs from ranges keep a
+// thread on one or two heads, whose K it packs itself (local_packs). Lent Sapphire Rapids host,
+// 16 threads, four passes rotated with the default (run bt): S = 512 0.204-0.212 / 0.368-0.409 ms
+// (D = 64 / 128) against 0.289-0.294 / 0.549-0.553 (pairs with shared packs 0.213-0.234 /
+// 0.400-0.524); S = 2048 2.67-2.71 / 5.26-5.27 against 2.83-2.84 / 5.29-5.31 (three passes);
+// pairs sized for two, three and five items a thread within each other's spread, so the zmm
+// pairs keep two. Below 16 CPUs the zmm lane keeps head after head (byhead = 2), unmeasured.
+bool causal_pairs(int cpus) { return cpus >= 16; }
 
 namespace {
 
 // The tuning with attention's item defaults filled in where no knob gave them (Tuning::byhead,
-// Tuning::qitems), decided here alone because the AMX lane's depend on the region (causal) and
-// the process's CPUs (amx_causal_pairs). The AMX tiles gained nothing from the head-after-head
-// order (causal_items_by_head).
+// Tuning::qitems), decided here alone because they depend on the region (causal) and the
+// process's CPUs (causal_pairs). The AMX tiles gained nothing from the head-after-head order
+// (causal_items_by_head).
 Tuning with_item_defaults(Tuning t, bool causal) {
-  if (t.byhead < 0) t.byhead = !t.amx ? 2 : amx_causal_pairs(host_affinity_cpus()) ? 3 : 0;
+  if (t.byhead < 0) t.byhead = !t.avx2 && causal_pairs(host_affinity_cpus()) ? 3 : t.amx ? 0 : 2;
   if (t.qitems < 0) t.qitems = t.amx && causal && t.byhead == 3 ? 5 : 2;
   return t;
 }

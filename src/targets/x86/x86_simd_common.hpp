@@ -117,10 +117,10 @@ struct Tuning {
   // first within a head (1), or the largest blocks of every head first (0); 2: head after head
   // while there are at least 16 items per thread (causal_items_by_head says why); 3: a head's
   // items in pairs (its largest with its smallest, ...: equal work), claimed as non-causal
-  // query blocks are (claim), so a thread keeps to one head (no gain on the zmm tiles on 16
-  // threads in run bh: decisions.md, "causal items head after head"). -1: the lane's default,
-  // 2 on the vector lanes; on the AMX lane 3 where the process may run on 16 CPUs or more, else
-  // 0 (amx_causal_pairs says why). Filled in with qitems by attention's with_item_defaults.
+  // query blocks are (claim), so a thread keeps to one head and, with lpack, packs its K
+  // itself. -1: the lane's default, 3 on the AMX and zmm lanes where the process may run on 16
+  // CPUs or more (causal_pairs says why), else 0 on the AMX lane and 2 on the vector lanes.
+  // Filled in with qitems by attention's with_item_defaults.
   int byhead = -1;
   // With ranges: a thread takes runs of up to qs blocks from its own range's front (1) instead
   // of at most half of what is left of it (0). For A/B runs (run bh, 16 threads: 1.07-1.11x the time).
@@ -134,7 +134,7 @@ struct Tuning {
   int qs = 0;
   // Attention: the items a thread takes on average, which an item's query blocks are sized
   // for (the blocks of every head spread over qitems x the threads); -1: 5 for the AMX lane's
-  // causal pairs (byhead 3; amx_causal_pairs says why), else 2.
+  // causal pairs (byhead 3; causal_pairs says why), else 2.
   int qitems = -1;
   // GEMM-rooted kinds on the zmm and ymm tiles (no row reduction): threads out of items take
   // panels of others' last K blocks (steal_items in x86_simd_gemm.cpp; 0: the static split).
@@ -374,10 +374,10 @@ std::string attention_vector_source(const StorageLoad& ld, bool avx2);
 // above, and the kernel's first statement, which takes calls with at most tuning.fq query rows
 // per head.
 bool attention_reads_few_queries(const Tuning& tuning);
-// Whether the AMX lane's causal attention takes pairs of items sized for five a thread by
-// default on a process of `cpus` CPUs (Tuning::byhead 3, Tuning::qitems 5;
+// Whether the AMX and zmm lanes' causal attention takes pairs of items by default on a process
+// of `cpus` CPUs (Tuning::byhead 3; on the AMX lane sized for five a thread, Tuning::qitems 5;
 // x86_simd_attention.cpp says why).
-bool amx_causal_pairs(int cpus);
+bool causal_pairs(int cpus);
 std::string attention_few_queries_source(const AttentionRegion& region, const StorageLoad& ld);
 std::string attention_few_queries_dispatch(const AttentionRegion& region, const Tuning& tuning);
 // The x86_amx lane's attention pieces (x86_amx_attention.cpp), in attention_body's loops:

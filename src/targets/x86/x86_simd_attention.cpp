@@ -555,9 +555,9 @@ std::string trace_end(const Tuning& tuning) {
   return s;
 }
 
-// The vector lanes' K panel hb (keys n0 .. n0 + w of head `kh`, w <= 32) into kp's panel hb,
-// [D][32] floats, keys past w zero: the statements after c0, the features the register
-// transpose took.
+// The end of packing the vector lanes' K panel hb (keys n0 .. n0 + w of head `kh`, w <= 32)
+// into dst, kp's panel hb of [D][32] floats: the features from c0 on (those the register
+// transpose left) one at a time, and zeros past key w.
 std::string vector_pack_k_tail(const StorageLoad& ld) {
   return "      for (int64_t j = 0; j < w; ++j)\n"
          "        for (int64_t c = c0; c < D; ++c) dst[c * 32 + j] = " +
@@ -690,6 +690,7 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   if (amx) {
     s += amx_attention_pack_k(r, ld, kstream);
   } else if (avx2 && !r.k_transposed()) {
+    // (The ymm lane's register transpose: 8 keys x 8 features at a time.)
     s += "      float* restrict dst = kp + hb * D * 32;\n      int64_t c0 = 0;\n" + avx2_attention_pack_k(ld, kstream) +
          vector_pack_k_tail(ld);
   } else {

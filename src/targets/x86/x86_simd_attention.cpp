@@ -152,7 +152,8 @@ constexpr int kQueryBlocks = 4, kAmxQueryBlocks = 16;
 // thread on one or two heads, whose K it packs itself (local_packs). Lent Sapphire Rapids host,
 // 16 threads, four passes rotated with the default (run bt): S = 512 0.204-0.212 / 0.368-0.409 ms
 // (D = 64 / 128) against 0.289-0.294 / 0.549-0.553 (pairs with shared packs 0.213-0.234 /
-// 0.400-0.524); S = 2048 2.67-2.71 / 5.26-5.27 against 2.83-2.84 / 5.29-5.31 (three passes);
+// 0.400-0.524); S = 2048 2.67-2.71 / 5.26-5.27 against 2.83-2.84 / 5.29-5.31 (three passes; at
+// D = 128 a head passes half an L2, so those pairs come from the counter with shared K);
 // pairs sized for two, three and five items a thread within each other's spread, so the zmm
 // pairs keep two. Below 16 CPUs the zmm lane keeps head after head (byhead = 2), unmeasured.
 bool causal_pairs(int cpus) { return cpus >= 16; }

@@ -786,31 +786,19 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   s += "      const " + T + "* restrict qh = Q + bh * M * D;\n";
   if (amx) s += "      const " + T + "* restrict kh = Kt + kvh * Nk * D;\n";
   s += trace_item_begin(tuning);
-  if (amx) {
-    // The packed K and V of this item's head (kvp: its index among them).
-    s += "      const int64_t kvp = lpack ? 0 : kvh;\n";
-    if (local) {
-      s += "      if (lpack && kvh != lhead) {\n";
-      s += "        for (int64_t hb = 0; hb < nkb; ++hb) {\n";
-      s += "          const int64_t n0 = hb * 32, w = Nk - n0 < 32 ? Nk - n0 : 32;\n";
-      s += amx_attention_pack_k(r, ld, false);
-      s += "        }\n";
-      s += "        for (int64_t hp = 0; hp < ndp; ++hp) {\n" + amx_attention_pack_v_panel(ld, false, "kvh") +
-           "        }\n";
-      s += "        lhead = kvh;\n";
-      if (tuning.trace) s += "        trw[" + std::to_string(kLocalPacks) + "] += 1;\n";
-      s += "      }\n";
-    }
-  } else if (local) {
-    // The packed K of this item's head (kvp: its index among them), packed here when the
-    // thread's head changes.
-    s += "      const int64_t kvp = lpack ? 0 : kvh;\n";
+  // The packed K (AMX: and V) of this item's head (kvp: its index among them), with local
+  // packs packed here when the thread's head changes. (The AMX lane's kh is the item's.)
+  if (amx || local) s += "      const int64_t kvp = lpack ? 0 : kvh;\n";
+  if (local) {
     s += "      if (lpack && kvh != lhead) {\n";
-    s += "        const " + T + "* restrict kh = Kt + kvh * Nk * D;\n";
+    if (!amx) s += "        const " + T + "* restrict kh = Kt + kvh * Nk * D;\n";
     s += "        for (int64_t hb = 0; hb < nkb; ++hb) {\n";
     s += "          const int64_t n0 = hb * 32, w = Nk - n0 < 32 ? Nk - n0 : 32;\n";
-    s += vector_attention_pack_k(r, ld, false);
+    s += amx ? amx_attention_pack_k(r, ld, false) : vector_attention_pack_k(r, ld, false);
     s += "        }\n";
+    if (amx)
+      s += "        for (int64_t hp = 0; hp < ndp; ++hp) {\n" + amx_attention_pack_v_panel(ld, false, "kvh") +
+           "        }\n";
     s += "        lhead = kvh;\n";
     if (tuning.trace) s += "        trw[" + std::to_string(kLocalPacks) + "] += 1;\n";
     s += "      }\n";

@@ -24,7 +24,7 @@ t0=$(date +%s)
 { cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFUSOR_ENABLE_CUDA=OFF -DFUSOR_ONNX=OFF \
     -DCMAKE_PREFIX_PATH="$DN" -DFUSOR_DNNL_INCLUDE="$DN/include" \
     -DFUSOR_DNNL_LIBRARY="$DN/lib/x86_64-linux-gnu/libdnnl.so" &&
-  ninja -C "$BUILD" fusor fusor-bench test_x86_amx test_x86_simd test_x86_avx2 test_x86_lane; } >"$OUT/build.log" 2>&1 ||
+  ninja -C "$BUILD" fusor fusor-bench test_x86_amx test_x86_simd test_x86_avx2 test_x86_lane test_x86_sweep; } >"$OUT/build.log" 2>&1 ||
   { tail -40 "$OUT/build.log"; exit 1; }
 grep -q "FUSOR_BENCH_ONEDNN" "$BUILD/build.ninja" || echo "# warning: fusor-bench built without oneDNN" >&2
 echo "# built in $(($(date +%s) - t0)) s"

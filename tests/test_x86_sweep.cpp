@@ -3,16 +3,19 @@
 // output against the double-precision reference. The lane tests cover each path on purpose;
 // this covers their combinations (grouped heads with growing items and steals on three
 // threads, ragged D with small key blocks, ...), which no hand-written list reaches.
-// FUSOR_SWEEP_CASES sets the number of cases a lane (default 12), FUSOR_SWEEP_SEED the seed.
+// FUSOR_SWEEP_CASES sets the number of cases a lane (default 12), FUSOR_SWEEP_SEED the seed,
+// FUSOR_SWEEP_VERBOSE=1 prints every case.
 #include <gtest/gtest.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include "support/x86_lanes.hpp"
 #include "targets/x86/x86_target.hpp"
@@ -82,6 +85,13 @@ std::string describe(const SweepCase& c) {
   return s.str();
 }
 
+// A team of 1, 2, 3 or 5 threads, or the host's every CPU (16 on the lent host: its ranges,
+// steals and causal pairs at full width).
+int team_size(std::mt19937_64& rng) {
+  const auto cpus = static_cast<std::int64_t>(std::max(1u, std::thread::hardware_concurrency()));
+  return static_cast<int>(pick<std::int64_t>(rng, {1, 2, 2, 3, 5, cpus}));
+}
+
 // Lanes: the AVX-512 tiles (zmm), the AMX tiles, the AVX2 tiles (ymm); each takes its own knobs.
 enum class Lane { zmm, amx, ymm };
 
@@ -99,7 +109,7 @@ SweepCase attention_case(std::mt19937_64& rng, Lane lane) {
   const std::int64_t d = pick<std::int64_t>(rng, {between(rng, 1, 40), 64, 128, between(rng, 41, 160)});
   const std::int64_t dv = between(rng, 0, 2) == 0 ? between(rng, 1, 160) : d;
   c.dims = attention_dims(between(rng, 1, 3), kv * group, kv, m, nk, d, dv);
-  c.threads = static_cast<int>(pick<std::int64_t>(rng, {1, 2, 2, 3, 5}));
+  c.threads = team_size(rng);
   // (Scores of up to about 50 before the scale: peaked rows as well as flat ones.)
   c.scale = pick<double>(rng, {0.5, 1.0, 2.0});
   const auto maybe = [&](const char* key, const std::vector<std::string>& values) {
@@ -144,7 +154,7 @@ SweepCase gemm_case(std::mt19937_64& rng, Lane lane) {
   // Products of about 1 (N(0, 1) values scaled by K^-1/4): a gated output's error is its
   // factors' (about |A·Wu| times the gate's error), so large products would hide it in rtol.
   c.scale = std::pow(static_cast<double>(c.dims.K), -0.25);
-  c.threads = static_cast<int>(pick<std::int64_t>(rng, {1, 2, 2, 3, 5}));
+  c.threads = team_size(rng);
   const auto maybe = [&](const char* key, const std::vector<std::string>& values) {
     if (between(rng, 0, 2) == 0) c.knobs[key] = pick(rng, values);
   };
@@ -186,7 +196,7 @@ SweepCase streaming_case(std::mt19937_64& rng) {
             "pointwise_reduce { inputs = [x, y]; t0 = sub(x, y); output = t0; reduce = amax }"});
   c.dims = testing::elementwise(
       {between(rng, 1, 300), pick<std::int64_t>(rng, {between(rng, 1, 40), between(rng, 41, 5000)})});
-  c.threads = static_cast<int>(pick<std::int64_t>(rng, {1, 2, 2, 3, 5}));
+  c.threads = team_size(rng);
   if (between(rng, 0, 1) == 0) c.knobs["stream"] = pick<std::string>(rng, {"0", "1", "2"});
   return c;
 }
@@ -220,6 +230,8 @@ void run_sweep(Lane which, Kinds kinds) {
     const double atol = region_storage(region) == DType::f32 ? 1e-4 : testing::storage_atol(region);
     const double excess = excess_error(out->output, *ref, 1e-5);
     EXPECT_LE(excess, atol) << "case " << i << ": " << describe(c);
+    if (env_int("FUSOR_SWEEP_VERBOSE", 0) != 0)
+      std::printf("case %d: %s: excess error %.3g\n", i, describe(c).c_str(), excess);
   }
 }
 

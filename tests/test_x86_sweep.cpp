@@ -1,8 +1,9 @@
-// Randomised differential sweep of the x86 SIMD lanes' attention and GEMM-rooted kernels:
-// shapes, layouts, storage and tuning knobs drawn together from a fixed seed, each case's
-// output against the double-precision reference. The lane tests cover each path on purpose;
-// this covers their combinations (grouped heads with growing items and steals on three
-// threads, ragged D with small key blocks, ...), which no hand-written list reaches.
+// Randomised differential sweep of the x86 SIMD lanes' attention, GEMM-rooted and streaming
+// kernels: shapes, layouts, storage, value scales, tuning knobs and team sizes drawn together
+// from a fixed seed, each case's output against the double-precision reference. The lane
+// tests cover each path on purpose; this covers their combinations (grouped heads with growing
+// items and steals on three threads, ragged D with small key blocks, ...), which no
+// hand-written list reaches (decisions.md, "A randomised sweep beside the hand-written lane tests").
 // FUSOR_SWEEP_CASES sets the number of cases a lane (default 12), FUSOR_SWEEP_SEED the seed,
 // FUSOR_SWEEP_VERBOSE=1 prints every case.
 #include <gtest/gtest.h>

@@ -111,6 +111,7 @@ TEST(X86Amx, KernelsCompileOnAnyHost) {
       {"attention { causal = true; storage = f16 }", {{"byhead", "0"}}},
       {"attention { scale = 0.125; causal = true }", {{"zpv", "2"}, {"trace", "1"}}},
       {"attention { scale = 0.125 }", {{"zpv", "1"}}},
+      {"attention { scale = 0.125 }", {{"ppf", "0"}}},
   };
   for (const auto& [text, knobs] : kernels) {
     const Region region = region_of(text);
@@ -516,6 +517,37 @@ TEST(X86Amx, AttentionGrowingItems) {
         testing::expect_matches_reference_on("x86_amx", plain, dims, 78, 0.5, knobs);
       expect_nan_v_head_on_zmm(knobs, 79);
     }
+}
+
+// ppf (the default): the K, V and query packs prefetch the source lines they read next (the
+// next panel where it is whole, query rows below M; a ragged last chunk of features may reach
+// past an operand's end, where a prefetch never faults). They change no value: the outputs are
+// bitwise those of ppf = 0, on shared and thread-local packs, ragged keys and features, grouped
+// heads and 16-bit storage.
+TEST(X86Amx, AttentionPacksPrefetch) {
+  const Region plain = region_of("attention { scale = 0.125 }");
+  const std::string on = testing::emitted_source("x86_amx", plain, {});
+  EXPECT_NE(on.find("if (n0 + 64 <= Nk)"), std::string::npos);
+  EXPECT_NE(on.find("_mm_prefetch((const char*)(vh + (ka + 32) * Dv + c0 + h * 16), _MM_HINT_T0)"), std::string::npos);
+  EXPECT_NE(on.find("if (i + 4 < M) _mm_prefetch((const char*)(qh + (i + 4) * D + k0 + h * 16), _MM_HINT_T0);"),
+            std::string::npos);
+  const std::string off = testing::emitted_source("x86_amx", plain, {{"ppf", "0"}});
+  for (const char* source : {"(kh + (n0 + 32", "(vh + (ka + 32)", "(qh + (i + 4)"})
+    EXPECT_EQ(off.find(source), std::string::npos) << source;
+  REQUIRE_AMX();
+  for (const char* text : {"attention { scale = 0.125 }", "attention { scale = 0.2; causal = true }",
+                           "attention { scale = 0.2; storage = bf16 }"})
+    for (const char* lpack : {"0", "1"})
+      for (const ProblemShape& dims : {attention_dims(2, 4, 2, 150, 150, 64), attention_dims(1, 3, 1, 100, 333, 40, 72),
+                                       attention_dims(1, 2, 2, 70, 64, 128)}) {
+        const Region region = region_of(text);
+        const auto operands = make_operands(region, dims, 81, 0.5);
+        auto with = run_amx(region, operands, {{"lpack", lpack}});
+        auto without = run_amx(region, operands, {{"lpack", lpack}, {"ppf", "0"}});
+        ASSERT_TRUE(with.ok() && without.ok()) << text;
+        EXPECT_TRUE(with->verified) << text;
+        EXPECT_EQ(with->output.data, without->output.data) << text << " lpack=" << lpack << " Nk=" << dims.Nk;
+      }
 }
 
 // Infinite queries and keys take the f32 recomputation of their scores; a NaN value of a key

@@ -122,6 +122,7 @@ SweepCase attention_case(std::mt19937_64& rng, Lane lane) {
     maybe("qgrow", {"0", "1"});
     maybe("xsteal", {"0", "3"});
     maybe("exact", {"0", "1"});
+    maybe("ppf", {"0", "1"});
   }
   return c;
 }

@@ -109,7 +109,7 @@ static void fusor_tiles_run(fusor_tiles* q, fusor_tile_job jb) {
 
 } // namespace
 
-std::string amx_attention_pack_k(const AttentionRegion& r, const StorageLoad& ld, bool stream) {
+std::string amx_attention_pack_k(const AttentionRegion& r, const StorageLoad& ld, bool stream, bool prefetch) {
   std::string s;
   s += "      uint16_t* restrict dst = kp + hb * FUSOR_NSB * Dp * 32;\n";
   s += "      unsigned char* restrict kfl = kf + hb * 32;\n";
@@ -123,6 +123,11 @@ std::string amx_attention_pack_k(const AttentionRegion& r, const StorageLoad& ld
     s += "            __m512 t_[16];\n";
     s += "            for (int r = 0; r < 16; ++r) t_[r] = " +
          ld.load16("(__mmask16)0xFFFF", "kh + (n0 + jh + r) * D + c0") + ";\n";
+    // The same lines of the next panel's keys: the transpose reads 32 rows at once, a line of
+    // each, a pattern the hardware prefetchers do not follow from memory or a far cache.
+    if (prefetch)
+      s += "            if (n0 + 64 <= Nk)\n              for (int r = 0; r < 16; ++r) "
+           "_mm_prefetch((const char*)(kh + (n0 + 32 + jh + r) * D + c0), _MM_HINT_T0);\n";
     s += "            fusor_transpose16(t_);\n";
     s += "            __mmask16 bad = 0;\n";
     s += "            for (int c = 0; c < 16; c += 2)\n";
@@ -142,7 +147,7 @@ std::string amx_attention_pack_k(const AttentionRegion& r, const StorageLoad& ld
   return s;
 }
 
-std::string amx_attention_pack_q(const AttentionRegion& r, const StorageLoad& ld) {
+std::string amx_attention_pack_q(const AttentionRegion& r, const StorageLoad& ld, bool prefetch) {
   std::string s;
   s += "        uint16_t* restrict base = qp + sb * FUSOR_NSA * Dp * 32;\n";
   s += "        for (int64_t rr = 0; rr < FUSOR_MR; ++rr) {\n";
@@ -157,6 +162,7 @@ std::string amx_attention_pack_q(const AttentionRegion& r, const StorageLoad& ld
   c.source = "qh";
   c.element = q_element(r, "i", "k0 + t");
   if (!r.q_transposed()) c.contiguous = "qh + i * D + k0";
+  if (prefetch) c.prefetch = "qh + (i + 4) * D + k0", c.prefetch_if = "i + 4 < M";
   c.valid = "D - k0";
   c.dst = "dst";
   c.part_stride = "Dp * 32";
@@ -324,7 +330,7 @@ std::string amx_attention_steps(const AttentionRegion& r, const StorageLoad& ld,
   return s;
 }
 
-std::string amx_attention_pack_v_panel(const StorageLoad& ld, bool stream, const std::string& head) {
+std::string amx_attention_pack_v_panel(const StorageLoad& ld, bool stream, bool prefetch, const std::string& head) {
   // Keys ka and ka + 16 of each 32-key panel (the probabilities' pairing, pair_halves), 16
   // columns at a time, interleave into one 32-bit lane per column (the pair TDPBF16PS
   // multiplies); keys past Nk and columns past Dv are zero.
@@ -338,6 +344,9 @@ std::string amx_attention_pack_v_panel(const StorageLoad& ld, bool stream, const
   s += "          const int64_t left = w - h * 16;\n";
   s += "          const __mmask16 cm = fusor_mask16(left);\n";
   s += "          const int64_t ka = (k & ~(int64_t)31) + (k & 31) / 2, kb = ka + 16;\n";
+  if (prefetch) // (the next panel's keys: this panel's lines arrive late from memory otherwise)
+    s += "          if (kb + 32 < Nk) _mm_prefetch((const char*)(vh + (ka + 32) * Dv + c0 + h * 16), _MM_HINT_T0),\n"
+         "                            _mm_prefetch((const char*)(vh + (kb + 32) * Dv + c0 + h * 16), _MM_HINT_T0);\n";
   s += "          const __m512 x0 = " + ld.load16("ka < Nk ? cm : 0", "vh + ka * Dv + c0 + h * 16") + ";\n";
   s += "          const __m512 x1 = " + ld.load16("kb < Nk ? cm : 0", "vh + kb * Dv + c0 + h * 16") + ";\n";
   s += "          bad |= fusor_store_pairs(x0, x1, dst + k * 32 + h * 32, Nkp * 32, FUSOR_NSV, " +
@@ -347,11 +356,11 @@ std::string amx_attention_pack_v_panel(const StorageLoad& ld, bool stream, const
   return s;
 }
 
-std::string amx_attention_pack_v(const StorageLoad& ld, bool stream) {
+std::string amx_attention_pack_v(const StorageLoad& ld, bool stream, bool prefetch) {
   std::string s;
   s += std::string("    #pragma omp for schedule(static)") + (stream ? " nowait" : "") + "\n";
   s += "    for (int64_t hp = 0; hp < nkv * ndp; ++hp) {\n";
-  s += amx_attention_pack_v_panel(ld, stream, "hp / ndp");
+  s += amx_attention_pack_v_panel(ld, stream, prefetch, "hp / ndp");
   s += "    }\n";
   return s;
 }

@@ -462,6 +462,8 @@ std::string amx_pack_row_chunk(const AmxRowChunk& c, const StorageLoad& ld, cons
     s += I + "for (int h = 0; h < 2; ++h) {\n";
     s += I + "  const int64_t left = " + c.valid + " - h * 16;\n";
     s += I + "  const __mmask16 km = fusor_mask16(left);\n";
+    if (!c.prefetch.empty())
+      s += I + "  if (" + c.prefetch_if + ") _mm_prefetch((const char*)(" + c.prefetch + " + h * 16), _MM_HINT_T0);\n";
     s += I + "  __m512 v = " + ld.load16("km", c.contiguous + " + h * 16") + ";\n";
     if (!c.prologue.empty()) {
       s += codegen::render_unary_chain(v16, c.prologue, "v", "", I + "  ");

@@ -496,7 +496,7 @@ std::string grow_item(const AttentionRegion& r, const StorageLoad& ld, const Tun
   s += "              continue;\n";
   if (tuning.trace) s += "            const uint64_t trg = __builtin_ia32_rdtsc();\n";
   s += "            const int64_t sb = nsub, i0 = q0 + sb * FUSOR_MR;\n";
-  s += amx_attention_pack_q(r, ld);
+  s += amx_attention_pack_q(r, ld, tuning.ppf != 0);
   if (tuning.trace)
     s += "            { const uint64_t trd = __builtin_ia32_rdtsc() - trg; trw[" + std::to_string(kQueryPacking) +
          "] += trd; tri += trd; }\n";
@@ -689,7 +689,7 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   s += "      const int64_t w = Nk - n0 < 32 ? Nk - n0 : 32;\n";
   s += "      const " + T + "* restrict kh = Kt + head * Nk * D;\n";
   if (amx) {
-    s += amx_attention_pack_k(r, ld, kstream);
+    s += amx_attention_pack_k(r, ld, kstream, tuning.ppf != 0);
   } else if (avx2 && !r.k_transposed()) {
     // (The ymm lane's register transpose: 8 keys x 8 features at a time.)
     s += "      float* restrict dst = kp + hb * D * 32;\n      int64_t c0 = 0;\n" + avx2_attention_pack_k(ld, kstream) +
@@ -707,7 +707,7 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
                                "    for (int64_t e = 0; e < nkv * Nk * Dv; ++e) vf[e] = " +
                                ld.load("V", "e") + ";\n";
   if (amx) {
-    s += amx_attention_pack_v(ld, kstream);
+    s += amx_attention_pack_v(ld, kstream, tuning.ppf != 0);
     if (kstream) s += fenced_barrier();
     s += "    }\n";
     // 16-bit V in f32 only for the zmm P·V of heads whose V is not all finite.
@@ -794,11 +794,11 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
     if (!amx) s += "        const " + T + "* restrict kh = Kt + kvh * Nk * D;\n";
     s += "        for (int64_t hb = 0; hb < nkb; ++hb) {\n";
     s += "          const int64_t n0 = hb * 32, w = Nk - n0 < 32 ? Nk - n0 : 32;\n";
-    s += amx ? amx_attention_pack_k(r, ld, false) : vector_attention_pack_k(r, ld, false);
+    s += amx ? amx_attention_pack_k(r, ld, false, tuning.ppf != 0) : vector_attention_pack_k(r, ld, false);
     s += "        }\n";
     if (amx)
-      s += "        for (int64_t hp = 0; hp < ndp; ++hp) {\n" + amx_attention_pack_v_panel(ld, false, "kvh") +
-           "        }\n";
+      s += "        for (int64_t hp = 0; hp < ndp; ++hp) {\n" +
+           amx_attention_pack_v_panel(ld, false, tuning.ppf != 0, "kvh") + "        }\n";
     s += "        lhead = kvh;\n";
     if (tuning.trace) s += "        trw[" + std::to_string(kLocalPacks) + "] += 1;\n";
     s += "      }\n";
@@ -806,7 +806,7 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   s += "      for (int64_t sb = 0; sb < nsub; ++sb) {\n";
   s += "        const int64_t i0 = q0 + sb * FUSOR_MR;\n";
   if (amx) {
-    s += amx_attention_pack_q(r, ld) + "      }\n";
+    s += amx_attention_pack_q(r, ld, tuning.ppf != 0) + "      }\n";
   } else {
     if (q_in_place) s += "        if (i0 + FUSOR_MR <= M) continue; /* read where it lies */\n";
     s += "        float* restrict dst = qp + sb * D * FUSOR_MR;\n";

@@ -170,6 +170,11 @@ struct Tuning {
   // runs claimed whole (claim_query_blocks). Run br, 64 alternated pairs on Emerald Rapids:
   // D = 128 faster in 45 (medians up to 11 % less), D = 64 even (decisions.md, "Items that grow").
   int qgrow = 1;
+  // Attention on the AMX tiles: the K, V and query packs prefetch (T0) the source lines they
+  // read next, one 32-key panel (K, V) or four query rows ahead (1), or rely on the hardware
+  // prefetchers (0). K's register transpose reads 32 rows a line at a time, which those do not
+  // follow (decisions.md, "The AMX lane's packs prefetch their sources").
+  int ppf = 1;
   // Attention's flash loop: every 64 calls, each thread's cycles per call in each phase
   // printed on stdout (the trace_* helpers in x86_simd_attention.cpp). For measurements only.
   int trace = 0;
@@ -328,6 +333,9 @@ struct AmxRowChunk {
   // ternary-logic op instead of VCVTNE2PS2BF16, which barely runs beside tile products (a
   // probe: 14-57 % of its time hid behind them; shifts and logic hide entirely).
   bool pair_halves = false;
+  // With `contiguous`: a pointer to the chunk to prefetch (T0) as this one is read, and when
+  // (attention's query rows a few rows ahead); empty: none.
+  std::string prefetch, prefetch_if;
 };
 std::string amx_pack_row_chunk(const AmxRowChunk& chunk, const StorageLoad& ld, const std::string& indent);
 // The lane's common C (FUSOR_NSA/NSB: parts of A and B; tile configuration, part splits,
@@ -390,11 +398,12 @@ std::string attention_few_queries_dispatch(const AttentionRegion& region, const 
 // Attention's two micro-kernels and their products (scores: nq x nk parts, P·V: 3 x nv) and
 // the tile queue that runs them a part product at a time (fusor_tiles_product).
 std::string amx_attention_queue_source(int nq, int nk, int nv, bool exact);
-std::string amx_attention_pack_k(const AttentionRegion& r, const StorageLoad& ld, bool stream);
-std::string amx_attention_pack_q(const AttentionRegion& r, const StorageLoad& ld);
-std::string amx_attention_pack_v(const StorageLoad& ld, bool stream);
+// `prefetch`: Tuning::ppf.
+std::string amx_attention_pack_k(const AttentionRegion& r, const StorageLoad& ld, bool stream, bool prefetch);
+std::string amx_attention_pack_q(const AttentionRegion& r, const StorageLoad& ld, bool prefetch);
+std::string amx_attention_pack_v(const StorageLoad& ld, bool stream, bool prefetch);
 // The body of amx_attention_pack_v's loop: V panel hp (of ndp a head) of KV head `head`.
-std::string amx_attention_pack_v_panel(const StorageLoad& ld, bool stream, const std::string& head);
+std::string amx_attention_pack_v_panel(const StorageLoad& ld, bool stream, bool prefetch, const std::string& head);
 std::string amx_attention_step_source();
 std::string amx_attention_split_row(const std::string& hook);
 std::string amx_attention_split_chunk();

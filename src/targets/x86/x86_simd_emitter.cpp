@@ -52,8 +52,8 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
     const auto res = std::from_chars(value.data(), value.data() + value.size(), v);
     const bool number = res.ec == std::errc{} && res.ptr == value.data() + value.size();
     // Which tiles a knob belongs to. The AMX tile is 32 rows; `exact`, `overlap`, `dyn`, `isplit`,
-    // `xsteal`, `zpv` and `qgrow` are AMX's, `lpack` the AMX and zmm tiles'; `stream` is the streaming kinds' and
-    // `bpf`, `ksub`, `epf`, `bfuse`, `bnext`, `bcopy` and the row path's `srows`, `crows`, `llc`, `wrows`, `wcols`,
+    // `xsteal`, `zpv`, `qgrow` and `ppf` are AMX's, `lpack` the AMX and zmm tiles'; `stream` is the streaming kinds'
+    // and `bpf`, `ksub`, `epf`, `bfuse`, `bnext`, `bcopy` and the row path's `srows`, `crows`, `llc`, `wrows`, `wcols`,
     // `runc`, `ksplit` the zmm and ymm tiles' (AMX's packing prefetches its own way; its tiles sum in their own order,
     // keep their own epilogue and take no row path); `fq` is attention's few-query path, on zmm or ymm registers in all
     // three lanes, `byhead` causal attention's order of items, `qs`, `qmin` and `qitems` attention's query blocks an
@@ -107,6 +107,7 @@ Expected<simd::Tuning> parse_tuning(RegionKind kind, const std::map<std::string,
         {"xsteal", &simd::Tuning::xsteal, 0, 1 << 16, On::amx},
         {"zpv", &simd::Tuning::zpv, 0, 2, On::amx},
         {"qgrow", &simd::Tuning::qgrow, 0, 1, On::amx},
+        {"ppf", &simd::Tuning::ppf, 0, 1, On::amx},
     };
     const Knob* knob = nullptr;
     std::string names;

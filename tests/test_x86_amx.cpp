@@ -519,18 +519,22 @@ TEST(X86Amx, AttentionGrowingItems) {
     }
 }
 
-// ppf (the default): the K, V and query packs prefetch the source lines they read next (the
-// next panel where it is whole, query rows below M; a ragged last chunk of features may reach
-// past an operand's end, where a prefetch never faults). They change no value: the outputs are
-// bitwise those of ppf = 0, on shared and thread-local packs, ragged keys and features, grouped
-// heads and 16-bit storage.
+// ppf: the K, V and query packs prefetch the source lines they read next (the next panel where
+// it is whole, query rows below M; a ragged last chunk of features may reach past an operand's
+// end, where a prefetch never faults): by default where the call's team has fewer than 16
+// threads, always with ppf = 1, never (none emitted) with ppf = 0. They change no value: the
+// outputs of ppf = 1 are bitwise those of ppf = 0, on shared and thread-local packs, ragged keys
+// and features, grouped heads and 16-bit storage.
 TEST(X86Amx, AttentionPacksPrefetch) {
   const Region plain = region_of("attention { scale = 0.125 }");
   const std::string on = testing::emitted_source("x86_amx", plain, {});
-  EXPECT_NE(on.find("if (n0 + 64 <= Nk)"), std::string::npos);
-  EXPECT_NE(on.find("_mm_prefetch((const char*)(vh + (ka + 32) * Dv + c0 + h * 16), _MM_HINT_T0)"), std::string::npos);
-  EXPECT_NE(on.find("if (i + 4 < M) _mm_prefetch((const char*)(qh + (i + 4) * D + k0 + h * 16), _MM_HINT_T0);"),
+  EXPECT_NE(on.find("const int ppf = nthreads < 16;"), std::string::npos);
+  EXPECT_NE(on.find("if (ppf && n0 + 64 <= Nk)"), std::string::npos);
+  EXPECT_NE(on.find("if (ppf && kb + 32 < Nk) _mm_prefetch((const char*)(vh + (ka + 32) * Dv + c0 + h * 16)"),
             std::string::npos);
+  EXPECT_NE(on.find("if (ppf && i + 4 < M) _mm_prefetch((const char*)(qh + (i + 4) * D + k0 + h * 16), _MM_HINT_T0);"),
+            std::string::npos);
+  EXPECT_NE(testing::emitted_source("x86_amx", plain, {{"ppf", "1"}}).find("const int ppf = 1;"), std::string::npos);
   const std::string off = testing::emitted_source("x86_amx", plain, {{"ppf", "0"}});
   for (const char* source : {"(kh + (n0 + 32", "(vh + (ka + 32)", "(qh + (i + 4)"})
     EXPECT_EQ(off.find(source), std::string::npos) << source;
@@ -542,7 +546,7 @@ TEST(X86Amx, AttentionPacksPrefetch) {
                                        attention_dims(1, 2, 2, 70, 64, 128)}) {
         const Region region = region_of(text);
         const auto operands = make_operands(region, dims, 81, 0.5);
-        auto with = run_amx(region, operands, {{"lpack", lpack}});
+        auto with = run_amx(region, operands, {{"lpack", lpack}, {"ppf", "1"}});
         auto without = run_amx(region, operands, {{"lpack", lpack}, {"ppf", "0"}});
         ASSERT_TRUE(with.ok() && without.ok()) << text;
         EXPECT_TRUE(with->verified) << text;

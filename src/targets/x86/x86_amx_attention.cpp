@@ -126,7 +126,7 @@ std::string amx_attention_pack_k(const AttentionRegion& r, const StorageLoad& ld
     // The same lines of the next panel's keys: the transpose reads 32 rows at once, a line of
     // each, a pattern the hardware prefetchers do not follow from memory or a far cache.
     if (prefetch)
-      s += "            if (n0 + 64 <= Nk)\n              for (int r = 0; r < 16; ++r) "
+      s += "            if (ppf && n0 + 64 <= Nk)\n              for (int r = 0; r < 16; ++r) "
            "_mm_prefetch((const char*)(kh + (n0 + 32 + jh + r) * D + c0), _MM_HINT_T0);\n";
     s += "            fusor_transpose16(t_);\n";
     s += "            __mmask16 bad = 0;\n";
@@ -162,7 +162,7 @@ std::string amx_attention_pack_q(const AttentionRegion& r, const StorageLoad& ld
   c.source = "qh";
   c.element = q_element(r, "i", "k0 + t");
   if (!r.q_transposed()) c.contiguous = "qh + i * D + k0";
-  if (prefetch) c.prefetch = "qh + (i + 4) * D + k0", c.prefetch_if = "i + 4 < M";
+  if (prefetch) c.prefetch = "qh + (i + 4) * D + k0", c.prefetch_if = "ppf && i + 4 < M";
   c.valid = "D - k0";
   c.dst = "dst";
   c.part_stride = "Dp * 32";
@@ -345,8 +345,10 @@ std::string amx_attention_pack_v_panel(const StorageLoad& ld, bool stream, bool 
   s += "          const __mmask16 cm = fusor_mask16(left);\n";
   s += "          const int64_t ka = (k & ~(int64_t)31) + (k & 31) / 2, kb = ka + 16;\n";
   if (prefetch) // (the next panel's keys: this panel's lines arrive late from memory otherwise)
-    s += "          if (kb + 32 < Nk) _mm_prefetch((const char*)(vh + (ka + 32) * Dv + c0 + h * 16), _MM_HINT_T0),\n"
-         "                            _mm_prefetch((const char*)(vh + (kb + 32) * Dv + c0 + h * 16), _MM_HINT_T0);\n";
+    s += "          if (ppf && kb + 32 < Nk) _mm_prefetch((const char*)(vh + (ka + 32) * Dv + c0 + h * 16), "
+         "_MM_HINT_T0),\n"
+         "                                   _mm_prefetch((const char*)(vh + (kb + 32) * Dv + c0 + h * 16), "
+         "_MM_HINT_T0);\n";
   s += "          const __m512 x0 = " + ld.load16("ka < Nk ? cm : 0", "vh + ka * Dv + c0 + h * 16") + ";\n";
   s += "          const __m512 x1 = " + ld.load16("kb < Nk ? cm : 0", "vh + kb * Dv + c0 + h * 16") + ";\n";
   s += "          bad |= fusor_store_pairs(x0, x1, dst + k * 32 + h * 32, Nkp * 32, FUSOR_NSV, " +

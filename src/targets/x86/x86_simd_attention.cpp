@@ -623,6 +623,10 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   s += "  const int64_t nkb = fusor_cdiv(Nk, 32);\n";
   if (amx) {
     s += "  if (!fusor_amx_permit()) return " + std::to_string(codegen::kKernelNoTileState) + ";\n";
+    // Tuning::ppf: the packs' prefetches, by default for teams of fewer than 16 threads.
+    if (tuning.ppf != 0)
+      s +=
+          std::string("  const int ppf = ") + (tuning.ppf > 0 ? "1" : "nthreads < 16") + "; /* the packs prefetch */\n";
     s += "  const int64_t Dp = D > 0 ? fusor_cdiv(D, 32) * 32 : 32; /* features in whole tile steps */\n";
     // V as bf16 parts in 32-column panels over all keys (P·V's B side). Bytes of one KV head's
     // packed K, its flags, packed V and its flags (kp, kf, vp, vfl: every head's, or with

@@ -173,8 +173,9 @@ struct Tuning {
   // Attention on the AMX tiles: the K, V and query packs prefetch (T0) the source lines they
   // read next, one 32-key panel (K, V) or four query rows ahead (1), or rely on the hardware
   // prefetchers (0). K's register transpose reads 32 rows a line at a time, which those do not
-  // follow (decisions.md, "The AMX lane's packs prefetch their sources").
-  int ppf = 1;
+  // follow. -1: the lane's default, decided per call: prefetch where the call's team has fewer
+  // than 16 threads (decisions.md, "The AMX lane's packs prefetch their sources" says why).
+  int ppf = -1;
   // Attention's flash loop: every 64 calls, each thread's cycles per call in each phase
   // printed on stdout (the trace_* helpers in x86_simd_attention.cpp). For measurements only.
   int trace = 0;
@@ -398,7 +399,7 @@ std::string attention_few_queries_dispatch(const AttentionRegion& region, const 
 // Attention's two micro-kernels and their products (scores: nq x nk parts, P·V: 3 x nv) and
 // the tile queue that runs them a part product at a time (fusor_tiles_product).
 std::string amx_attention_queue_source(int nq, int nk, int nv, bool exact);
-// `prefetch`: Tuning::ppf.
+// `prefetch`: Tuning::ppf is not 0 (the prefetches then run where the kernel's `ppf` is set).
 std::string amx_attention_pack_k(const AttentionRegion& r, const StorageLoad& ld, bool stream, bool prefetch);
 std::string amx_attention_pack_q(const AttentionRegion& r, const StorageLoad& ld, bool prefetch);
 std::string amx_attention_pack_v(const StorageLoad& ld, bool stream, bool prefetch);

@@ -548,7 +548,8 @@ TEST(X86Amx, AttentionPacksPrefetch) {
         const auto operands = make_operands(region, dims, 81, 0.5);
         auto with = run_amx(region, operands, {{"lpack", lpack}, {"ppf", "1"}});
         auto without = run_amx(region, operands, {{"lpack", lpack}, {"ppf", "0"}});
-        ASSERT_TRUE(with.ok() && without.ok()) << text;
+        ASSERT_TRUE(with.ok()) << text << ": " << with.error().str();
+        ASSERT_TRUE(without.ok()) << text << ": " << without.error().str();
         EXPECT_TRUE(with->verified) << text;
         EXPECT_EQ(with->output.data, without->output.data) << text << " lpack=" << lpack << " Nk=" << dims.Nk;
       }

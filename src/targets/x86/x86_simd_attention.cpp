@@ -177,6 +177,10 @@ bool attention_reads_q_in_place(const AttentionRegion& r, const StorageLoad& ld,
   return tuning.avx2 && ld.dtype == DType::f32 && !r.q_transposed();
 }
 
+// Whether the AMX lane's packs carry their source prefetches (Tuning::ppf not 0); the kernel's
+// `ppf` then says per call whether they run.
+bool packs_prefetch(const Tuning& tuning) { return tuning.ppf != 0; }
+
 // Whether K's packed panels (and the zmm lane's widened 16-bit V) are written with streaming
 // stores. Every item reads panels of any head, so after a call both cores' caches hold them
 // shared, and the next call's plain stores had to take each line back from the other core
@@ -496,7 +500,7 @@ std::string grow_item(const AttentionRegion& r, const StorageLoad& ld, const Tun
   s += "              continue;\n";
   if (tuning.trace) s += "            const uint64_t trg = __builtin_ia32_rdtsc();\n";
   s += "            const int64_t sb = nsub, i0 = q0 + sb * FUSOR_MR;\n";
-  s += amx_attention_pack_q(r, ld, tuning.ppf != 0);
+  s += amx_attention_pack_q(r, ld, packs_prefetch(tuning));
   if (tuning.trace)
     s += "            { const uint64_t trd = __builtin_ia32_rdtsc() - trg; trw[" + std::to_string(kQueryPacking) +
          "] += trd; tri += trd; }\n";
@@ -624,7 +628,7 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   if (amx) {
     s += "  if (!fusor_amx_permit()) return " + std::to_string(codegen::kKernelNoTileState) + ";\n";
     // Tuning::ppf: the packs' prefetches, by default for teams of fewer than 16 threads.
-    if (tuning.ppf != 0)
+    if (packs_prefetch(tuning))
       s +=
           std::string("  const int ppf = ") + (tuning.ppf > 0 ? "1" : "nthreads < 16") + "; /* the packs prefetch */\n";
     s += "  const int64_t Dp = D > 0 ? fusor_cdiv(D, 32) * 32 : 32; /* features in whole tile steps */\n";
@@ -693,7 +697,7 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   s += "      const int64_t w = Nk - n0 < 32 ? Nk - n0 : 32;\n";
   s += "      const " + T + "* restrict kh = Kt + head * Nk * D;\n";
   if (amx) {
-    s += amx_attention_pack_k(r, ld, kstream, tuning.ppf != 0);
+    s += amx_attention_pack_k(r, ld, kstream, packs_prefetch(tuning));
   } else if (avx2 && !r.k_transposed()) {
     // (The ymm lane's register transpose: 8 keys x 8 features at a time.)
     s += "      float* restrict dst = kp + hb * D * 32;\n      int64_t c0 = 0;\n" + avx2_attention_pack_k(ld, kstream) +
@@ -711,7 +715,7 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
                                "    for (int64_t e = 0; e < nkv * Nk * Dv; ++e) vf[e] = " +
                                ld.load("V", "e") + ";\n";
   if (amx) {
-    s += amx_attention_pack_v(ld, kstream, tuning.ppf != 0);
+    s += amx_attention_pack_v(ld, kstream, packs_prefetch(tuning));
     if (kstream) s += fenced_barrier();
     s += "    }\n";
     // 16-bit V in f32 only for the zmm P·V of heads whose V is not all finite.
@@ -798,11 +802,11 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
     if (!amx) s += "        const " + T + "* restrict kh = Kt + kvh * Nk * D;\n";
     s += "        for (int64_t hb = 0; hb < nkb; ++hb) {\n";
     s += "          const int64_t n0 = hb * 32, w = Nk - n0 < 32 ? Nk - n0 : 32;\n";
-    s += amx ? amx_attention_pack_k(r, ld, false, tuning.ppf != 0) : vector_attention_pack_k(r, ld, false);
+    s += amx ? amx_attention_pack_k(r, ld, false, packs_prefetch(tuning)) : vector_attention_pack_k(r, ld, false);
     s += "        }\n";
     if (amx)
       s += "        for (int64_t hp = 0; hp < ndp; ++hp) {\n" +
-           amx_attention_pack_v_panel(ld, false, tuning.ppf != 0, "kvh") + "        }\n";
+           amx_attention_pack_v_panel(ld, false, packs_prefetch(tuning), "kvh") + "        }\n";
     s += "        lhead = kvh;\n";
     if (tuning.trace) s += "        trw[" + std::to_string(kLocalPacks) + "] += 1;\n";
     s += "      }\n";
@@ -810,7 +814,7 @@ std::string attention_body(const AttentionRegion& r, const StorageLoad& ld, cons
   s += "      for (int64_t sb = 0; sb < nsub; ++sb) {\n";
   s += "        const int64_t i0 = q0 + sb * FUSOR_MR;\n";
   if (amx) {
-    s += amx_attention_pack_q(r, ld, tuning.ppf != 0) + "      }\n";
+    s += amx_attention_pack_q(r, ld, packs_prefetch(tuning)) + "      }\n";
   } else {
     if (q_in_place) s += "        if (i0 + FUSOR_MR <= M) continue; /* read where it lies */\n";
     s += "        float* restrict dst = qp + sb * D * FUSOR_MR;\n";
